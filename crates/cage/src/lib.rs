@@ -1,0 +1,1 @@
+//! nestbox cage layer (see ARCHITECTURE.md).

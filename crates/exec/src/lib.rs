@@ -1,0 +1,1 @@
+//! nestbox exec layer (see ARCHITECTURE.md).

@@ -1,0 +1,1 @@
+//! nestbox net layer (see ARCHITECTURE.md).
