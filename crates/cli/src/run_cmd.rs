@@ -1,0 +1,206 @@
+//! `nestbox run`: one command as a caged step.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::Args;
+use nestbox_cage::{CageError, Outcome, PreparedStep, Report, StepRequest};
+use nestbox_policy::{Access, Origin, PathRule, Policy, check_env_name, load_file, units};
+
+use crate::say_error;
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  nestbox run -- pytest -q
+  nestbox run --policy worker.toml --timeout 30m -- make test
+  nestbox run --read ~/.cache/pip --env CI=1 --report - -- pip install -e .
+
+Exit status: the step's own; 128+N if it died of signal N; 124 if it timed out;
+126/127 if the command cannot be executed or found; 125 if nestbox refused or failed.")]
+pub struct RunArgs {
+    /// Policy file (TOML) added on top of the built-in default (unless it says base = "none").
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Allow reading PATH (repeatable; a leading `?` makes it optional).
+    #[arg(long, value_name = "PATH")]
+    read: Vec<String>,
+    /// Allow reading and writing PATH (repeatable).
+    #[arg(long, value_name = "PATH")]
+    write: Vec<String>,
+    /// Allow reading and executing beneath PATH (repeatable).
+    #[arg(long, value_name = "PATH")]
+    exec: Vec<String>,
+    /// Pass NAME from this environment, or set NAME=VALUE (repeatable).
+    #[arg(long, value_name = "NAME[=VALUE]")]
+    env: Vec<String>,
+    /// Working directory of the step (writable by default; default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    workdir: Option<PathBuf>,
+    /// Kill the whole step after this long (e.g. 90s, 30m, 1h30m).
+    #[arg(long, value_name = "DURATION")]
+    timeout: Option<String>,
+    /// Run even when the kernel cannot enforce everything; the report lists what was dropped.
+    #[arg(long)]
+    best_effort: bool,
+    /// Write a JSON report of what was enforced and how the step ended (`-`: stderr).
+    #[arg(long, value_name = "FILE")]
+    report: Option<String>,
+    /// Keep the step's private temp dir (HOME, TMPDIR) instead of removing it.
+    #[arg(long)]
+    keep_tmp: bool,
+    /// Run the step as this user (name or UID[:GID]); nestbox must run as root.
+    #[arg(long, value_name = "UID[:GID]")]
+    user: Option<String>,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+/// The policy the flags describe, each entry marked with its flag.
+fn flags_policy(args: &RunArgs) -> Result<Policy, String> {
+    let mut p = Policy::default();
+    for (list, access, flag) in [
+        (&args.read, Access::Read, "--read"),
+        (&args.write, Access::Write, "--write"),
+        (&args.exec, Access::Exec, "--exec"),
+    ] {
+        for item in list {
+            p.fs.push(
+                PathRule::parse(item, access, Origin::Flag(flag))
+                    .map_err(|m| format!("{flag} {item}: {m}"))?,
+            );
+        }
+    }
+    for item in &args.env {
+        match item.split_once('=') {
+            Some((name, value)) => {
+                check_env_name(name).map_err(|m| format!("--env {item}: {m}"))?;
+                p.env.set.insert(name.to_string(), value.to_string());
+            }
+            None => {
+                check_env_name(item).map_err(|m| format!("--env {item}: {m}"))?;
+                p.env.pass.push(item.clone());
+            }
+        }
+    }
+    if let Some(t) = &args.timeout {
+        p.limits.timeout = Some(units::parse_duration(t).map_err(|m| format!("--timeout: {m}"))?);
+    }
+    Ok(p)
+}
+
+/// `name`, `uid` or `uid:gid` to numbers; a name or a bare uid takes the user's primary group.
+fn parse_user(spec: &str) -> Result<(u32, u32), String> {
+    let (user, group) = match spec.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (spec, None),
+    };
+    let lookup = |name: &str| -> Option<(u32, u32)> {
+        let c = std::ffi::CString::new(name).ok()?;
+        // SAFETY: getpwnam returns a pointer into static storage or null; read it at once.
+        let pw = unsafe { libc::getpwnam(c.as_ptr()) };
+        (!pw.is_null()).then(|| unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
+    };
+    let (uid, primary) = match user.parse::<u32>() {
+        Ok(uid) => {
+            // SAFETY: getpwuid returns static storage or null; read it at once.
+            let pw = unsafe { libc::getpwuid(uid) };
+            let gid = if pw.is_null() {
+                uid
+            } else {
+                unsafe { (*pw).pw_gid }
+            };
+            (uid, gid)
+        }
+        Err(_) => lookup(user).ok_or_else(|| format!("--user {spec}: no such user `{user}`"))?,
+    };
+    let gid = match group {
+        Some(g) => g
+            .parse::<u32>()
+            .map_err(|_| format!("--user {spec}: the group must be numeric (GID)"))?,
+        None => primary,
+    };
+    Ok((uid, gid))
+}
+
+fn write_report(target: &str, report: &Report) {
+    let json = serde_json::to_string_pretty(report).expect("report serializes");
+    if target == "-" {
+        eprintln!("{json}");
+    } else if let Err(e) = std::fs::write(target, json + "\n") {
+        say_error(format!("could not write the report to {target}: {e}"));
+    }
+}
+
+fn describe_end(outcome: &Outcome, timeout: Option<std::time::Duration>) {
+    if outcome.timed_out {
+        say_error(format!(
+            "step timed out after {}: sent SIGTERM to its whole process tree, then SIGKILL to what was left after {}s",
+            units::format_duration(timeout.unwrap_or_default()),
+            nestbox_cage::supervise::KILL_GRACE.as_secs()
+        ));
+    }
+}
+
+pub fn run(args: RunArgs) -> i32 {
+    match run_inner(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            say_error(&e);
+            e.exit_code()
+        }
+    }
+}
+
+fn run_inner(args: &RunArgs) -> Result<i32, CageError> {
+    let file = match &args.policy {
+        Some(path) => Some(load_file(path).map_err(|e| CageError::Policy(e.to_string()))?),
+        None => None,
+    };
+    let flags = flags_policy(args).map_err(CageError::Policy)?;
+    let policy = Policy::effective(file, flags);
+    let user = args
+        .user
+        .as_deref()
+        .map(parse_user)
+        .transpose()
+        .map_err(CageError::Policy)?;
+    let request = StepRequest {
+        policy,
+        command: args.command.clone(),
+        workdir: args.workdir.clone(),
+        caller_env: std::env::vars_os().collect(),
+        best_effort: args.best_effort,
+        keep_tmp: args.keep_tmp,
+        user,
+        ..StepRequest::default()
+    };
+    let prepared = PreparedStep::prepare(request)?;
+    let timeout = prepared.timeout;
+    if !prepared.report.dropped.is_empty() {
+        for d in &prepared.report.dropped {
+            say_error(format!("best effort: NOT enforced: {d}"));
+        }
+    }
+    let running = prepared.spawn(None)?;
+    let (outcome, report) = running.wait();
+    describe_end(&outcome, timeout);
+    if let Some(target) = &args.report {
+        write_report(target, &report);
+    }
+    Ok(outcome.status())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_specs_parse() {
+        assert_eq!(parse_user("0").unwrap(), (0, 0));
+        assert_eq!(parse_user("65534:65534").unwrap(), (65534, 65534));
+        assert_eq!(parse_user("root").unwrap(), (0, 0));
+        assert!(parse_user("no-such-user-here").is_err());
+        assert!(parse_user("1000:staff").is_err());
+    }
+}
