@@ -34,6 +34,7 @@
 //! This crate is synchronous on purpose: between fork and exec nothing may allocate or take a
 //! lock, and a launcher with no threads makes that easy to keep true.
 
+mod cgroup;
 mod env;
 mod error;
 pub mod landlock;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use nestbox_policy::{Access, Policy};
 
+use crate::cgroup::PidsCgroup;
 use crate::env::{self, EnvInputs};
 use crate::error::{CageError, setup};
 use crate::landlock::{self, Ruleset, fs as llfs, scope};
@@ -77,6 +78,7 @@ pub struct PreparedStep {
     pub timeout: Option<Duration>,
     pub(crate) child: ChildPlan,
     pub(crate) dir: StepDir,
+    pub(crate) cgroup: Option<PidsCgroup>,
 }
 
 fn cstring(bytes: Vec<u8>, what: &str) -> Result<CString, CageError> {
@@ -169,8 +171,11 @@ fn seccomp_available() -> Result<(), String> {
     }
 }
 
+/// The rlimits to set, and their report. `nproc_by_cgroup`: the process limit is enforced by a
+/// pids cgroup instead (root steps, which RLIMIT_NPROC does not bind).
 fn rlimits(
     policy: &Policy,
+    nproc_by_cgroup: Option<&PidsCgroup>,
 ) -> (
     Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
     Vec<LimitReport>,
@@ -188,6 +193,19 @@ fn rlimits(
     let mut report = Vec::new();
     for (name, resource, value) in wanted {
         let Some(value) = value else { continue };
+        if resource == libc::RLIMIT_NPROC
+            && let Some(cg) = nproc_by_cgroup
+        {
+            report.push(LimitReport {
+                name,
+                value,
+                note: Some(format!(
+                    "enforced by the pids cgroup {}",
+                    cg.path().display()
+                )),
+            });
+            continue;
+        }
         let mut cur = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
@@ -385,7 +403,24 @@ impl PreparedStep {
             }
         }
 
-        let (rlimits, limit_report) = rlimits(&req.policy);
+        // RLIMIT_NPROC does not bind root: a root step's process limit needs a pids cgroup.
+        let mut cgroup = None;
+        if let Some(max) = req.policy.limits.processes
+            && uid == 0
+        {
+            match PidsCgroup::create(dir.step_id(), max) {
+                Ok(cg) => cgroup = Some(cg),
+                Err(e) if req.best_effort => dropped.push(format!(
+                    "process limit {max}: the step runs as root, which RLIMIT_NPROC does not bind, and {e}"
+                )),
+                Err(e) => {
+                    return Err(CageError::Unsupported(format!(
+                        "the policy limits the step to {max} processes, but the step runs as root, which RLIMIT_NPROC does not bind, and a pids cgroup is not available ({e}). Run the step as another user (--user), give nestbox a writable pids cgroup, or use --best-effort to run without the limit"
+                    )));
+                }
+            }
+        }
+        let (rlimits, limit_report) = rlimits(&req.policy, cgroup.as_ref());
         let mut envp = Vec::with_capacity(env.len());
         for (k, v) in &env {
             let mut kv = k.clone().into_bytes();
@@ -489,6 +524,7 @@ impl PreparedStep {
             timeout: req.policy.limits.timeout,
             child,
             dir,
+            cgroup,
         })
     }
 

@@ -133,10 +133,12 @@ struct CapData {
     inheritable: u32,
 }
 
-/// Drops every capability for good. A root launcher must succeed at each step; an
-/// unprivileged one holds none, and `no_new_privs` (set next) keeps exec from granting any.
-fn drop_capabilities(plan: &ChildPlan, sync: RawFd, privileged: bool) {
-    // SAFETY: prctl and capset with valid arguments; failures are handled below.
+/// Drops every capability for good, in two halves around the user switch: the bounding set
+/// and securebits first (that needs CAP_SETPCAP, which a uid change would take away), then the
+/// remaining sets. A root launcher must succeed at each step; an unprivileged one holds no
+/// capability, and `no_new_privs` (set next) keeps exec from granting any.
+fn drop_bounding_set(plan: &ChildPlan, sync: RawFd, privileged: bool) {
+    // SAFETY: prctl with valid arguments; failures are handled below.
     unsafe {
         // Root stays root but its uid no longer implies capabilities, now or after exec.
         const SECBITS: libc::c_ulong = (libc::SECBIT_NOROOT
@@ -154,6 +156,13 @@ fn drop_capabilities(plan: &ChildPlan, sync: RawFd, privileged: bool) {
                 fail(sync, Stage::Capabilities, sys::errno());
             }
         }
+    }
+}
+
+/// Clears the ambient, effective, permitted and inheritable sets.
+fn drop_capability_sets(sync: RawFd) {
+    // SAFETY: prctl and capset with valid pointers to live structs.
+    unsafe {
         libc::prctl(
             libc::PR_CAP_AMBIENT,
             libc::PR_CAP_AMBIENT_CLEAR_ALL,
@@ -216,6 +225,7 @@ unsafe fn child(plan: &ChildPlan, sync: RawFd, launcher: libc::pid_t, hold: bool
             );
         }
         let privileged = libc::geteuid() == 0;
+        drop_bounding_set(plan, sync, privileged);
         if let Some((uid, gid)) = plan.user {
             or_fail(
                 libc::setgroups(0, std::ptr::null()) as libc::c_long,
@@ -242,7 +252,7 @@ unsafe fn child(plan: &ChildPlan, sync: RawFd, launcher: libc::pid_t, hold: bool
         if libc::getppid() != launcher {
             libc::_exit(125);
         }
-        drop_capabilities(plan, sync, privileged);
+        drop_capability_sets(sync);
         or_fail(
             libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long,
             sync,
@@ -314,7 +324,7 @@ impl PreparedStep {
         mut before_exec: Option<BeforeExec<'_>>,
     ) -> Result<RunningStep, CageError> {
         self.child.seal();
-        let hold = before_exec.is_some();
+        let hold = before_exec.is_some() || self.cgroup.is_some();
         let mut fds = [0 as RawFd; 2];
         // SAFETY: socketpair fills two descriptors.
         sys::check_int(unsafe {
@@ -358,6 +368,14 @@ impl PreparedStep {
             }
             err
         };
+        if let Some(cg) = &self.cgroup
+            && let Err(e) = cg.add(pid)
+        {
+            return Err(refuse(crate::error::setup(
+                &format!("moving the step into {}", cg.path().display()),
+                e,
+            )));
+        }
         if let Some(hook) = before_exec.as_mut()
             && let Err(e) = hook(pid)
         {

@@ -8,6 +8,7 @@
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
+use crate::cgroup::PidsCgroup;
 use crate::plan::PreparedStep;
 use crate::report::{OutcomeReport, Report};
 use crate::spawn::launcher_signals;
@@ -53,6 +54,7 @@ pub struct RunningStep {
     started: Instant,
     timeout: Option<Duration>,
     report: Report,
+    cgroup: Option<PidsCgroup>,
     _dir: StepDir,
 }
 
@@ -69,6 +71,7 @@ impl RunningStep {
             started,
             timeout: step.timeout,
             report: step.report,
+            cgroup: step.cgroup,
             _dir: step.dir,
         }
     }
@@ -134,11 +137,14 @@ impl RunningStep {
             }
         }
         let duration = self.started.elapsed();
-        let leftovers_killed = if tree::has_children() {
+        let mut leftovers_killed = if tree::has_children() {
             tree::kill_all_descendants()
         } else {
             0
         };
+        if let Some(cg) = &self.cgroup {
+            leftovers_killed += cg.kill_all();
+        }
         let status = status.unwrap_or(0);
         let outcome = Outcome {
             exit_code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),

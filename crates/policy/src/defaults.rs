@@ -1,16 +1,18 @@
 //! The built-in default policy: what `nestbox run -- CMD` grants with no file and no flags.
 //!
 //! System trees are readable and executable (exec must cover the dynamic loader, so whole trees
-//! such as `/usr`, never single binaries). Of `/etc`, only the entries ordinary programs read:
+//! such as `/usr`, never single binaries), and so is the working directory. Of `/etc`, only the entries ordinary programs read:
 //! never `/etc/ssl/private`, `/etc/shadow` or the rest. The working directory is writable. The
 //! step's private temp dir (`TMPDIR`, `HOME`) is added by the cage for every step, whatever the
 //! policy says. No network.
 
 use crate::model::{Access, Limits, Origin, PathRule, Policy};
 
-/// Trees that hold programs and libraries: read and execute.
+/// Trees that hold programs and libraries: read and execute. The working directory too: builds
+/// and test runners execute what they compile (`target/`, `node_modules/.bin`, `./configure`),
+/// and Landlock's exec right is hygiene rather than a wall (`ld.so FILE` runs readable bytes).
 const EXEC: &[&str] = &[
-    "/usr", "?/bin", "?/sbin", "?/lib", "?/lib64", "?/lib32", "?/libx32",
+    "/usr", "?/bin", "?/sbin", "?/lib", "?/lib64", "?/lib32", "?/libx32", ".",
 ];
 
 /// Individual `/etc` entries (and a few system files) that programs need to start, resolve

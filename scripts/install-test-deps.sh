@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the test suite uses, when missing. Idempotent; needs root (or
+# sudo) only when something is missing.
+set -euo pipefail
+PACKAGES=(
+  python3          # probes inside the cage (/usr/bin/python3 with ctypes)
+  util-linux       # setpriv (the unprivileged runs), unshare (controls)
+  git              # a real tool inside the cage
+)
+missing=()
+for p in "${PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+[ ${#missing[@]} -eq 0 ] && exit 0
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+APT=($SUDO apt-get -o DPkg::Lock::Timeout=600)
+for p in "${missing[@]}"; do
+  if ! apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [0-9]'; then "${APT[@]}" update -qq; break; fi
+done
+"${APT[@]}" install -y --no-install-recommends "${missing[@]}" >/dev/null
