@@ -35,9 +35,11 @@
 //! lock, and a launcher with no threads makes that easy to keep true.
 
 mod cgroup;
+pub mod detach;
 mod env;
 mod error;
 pub mod landlock;
+mod netns;
 pub mod plan;
 pub mod probe;
 pub mod report;
@@ -53,7 +55,7 @@ pub use error::CageError;
 pub use plan::{Network, PreparedStep, StepRequest};
 pub use report::Report;
 pub use resolve::SkippedPath;
-pub use spawn::BeforeExec;
+pub use spawn::{BeforeExec, Started};
 pub use stepdir::new_step_id;
 pub use supervise::{Outcome, RunningStep, TIMEOUT_STATUS};
 pub use sys::{pidfd_open, pidfd_send_signal};

@@ -14,6 +14,7 @@ use crate::cgroup::PidsCgroup;
 use crate::env::{self, EnvInputs};
 use crate::error::{CageError, setup};
 use crate::landlock::{self, Ruleset, fs as llfs, scope};
+use crate::netns::NetnsPlan;
 use crate::report::{
     LandlockReport, LimitReport, NetworkReport, Report, RuleReport, SeccompReport,
 };
@@ -27,6 +28,10 @@ pub enum Network {
     /// No network at all: every TCP connect and bind is refused by Landlock.
     #[default]
     None,
+    /// netns mode: the step gets its own network namespace with only `lo`; a listener on
+    /// 127.0.0.1:`port` is created inside it and handed to the `before_exec` hook (for the
+    /// relay). TCP connect is allowed to that port only.
+    Netns { port: u16, report: NetworkReport },
     /// Port mode: TCP connect allowed to these ports only (the relay's).
     Ports {
         connect: Vec<u16>,
@@ -67,6 +72,7 @@ pub(crate) struct ChildPlan {
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
     pub user: Option<(u32, u32)>,
     pub cap_last: u32,
+    pub netns: Option<NetnsPlan>,
     /// NULL-terminated pointers into `argv` and `envp`, built by `seal` just before the fork.
     pub argv_ptrs: Vec<*const libc::c_char>,
     pub envp_ptrs: Vec<*const libc::c_char>,
@@ -334,7 +340,13 @@ impl PreparedStep {
         }
         let connect_ports = match &req.network {
             Network::None => Vec::new(),
+            Network::Netns { port, .. } => vec![*port],
             Network::Ports { connect, .. } => connect.clone(),
+        };
+        let netns = match &req.network {
+            Network::Netns { port, .. } => Some(NetnsPlan::new(*port)),
+
+            _ => None,
         };
         let tcp_restricted = negotiated.abi >= 4;
         if let Some(rs) = &ruleset
@@ -487,7 +499,7 @@ impl PreparedStep {
                     }],
                     relay: None,
                 },
-                Network::Ports { report, .. } => report.clone(),
+                Network::Netns { report, .. } | Network::Ports { report, .. } => report.clone(),
             },
             no_new_privs: true,
             capabilities: if privileged {
@@ -516,6 +528,7 @@ impl PreparedStep {
             rlimits,
             user: req.user,
             cap_last: cap_last(),
+            netns,
             argv_ptrs: Vec::new(),
             envp_ptrs: Vec::new(),
         };

@@ -7,7 +7,7 @@
 //! exec closes it, so the launcher reads either a report or end-of-file.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Instant;
 
 use crate::error::CageError;
@@ -21,7 +21,8 @@ use crate::sys;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 enum Stage {
-    Hold = 1,
+    Netns = 1,
+    Hold,
     Signals,
     Setsid,
     Chdir,
@@ -60,6 +61,7 @@ impl Stage {
 
     fn describe(self) -> &'static str {
         match self {
+            Stage::Netns => "creating the step's network namespace",
             Stage::Hold => "waiting for the launcher",
             Stage::Signals => "resetting signals",
             Stage::Setsid => "starting a new session (setsid)",
@@ -194,6 +196,19 @@ fn drop_capability_sets(sync: RawFd) {
 unsafe fn child(plan: &ChildPlan, sync: RawFd, launcher: libc::pid_t, hold: bool) -> ! {
     // SAFETY (whole body): raw system calls on valid, pre-built arguments.
     unsafe {
+        if let Some(netns) = &plan.netns {
+            match crate::netns::enter(netns) {
+                Ok(listener) => {
+                    let sent = crate::netns::send_fd(sync, listener);
+                    // The step must never hold the relay's listener: it could accept on it.
+                    libc::close(listener);
+                    if !sent {
+                        fail(sync, Stage::Netns, sys::errno());
+                    }
+                }
+                Err(errno) => fail(sync, Stage::Netns, errno),
+            }
+        }
         if hold {
             let mut go = 0u8;
             if libc::read(sync, (&mut go as *mut u8).cast(), 1) != 1 {
@@ -309,9 +324,18 @@ fn exec_error(step: &PreparedStep, errno: i32) -> CageError {
     }
 }
 
+/// What the `before_exec` hook gets: the step, forked but held before its cage is applied.
+pub struct Started<'a> {
+    pub pid: libc::pid_t,
+    /// A pidfd for the step's main process (for the relay to watch).
+    pub pidfd: BorrowedFd<'a>,
+    /// In netns mode: the listener created inside the step's namespace, for the relay.
+    pub listener: Option<OwnedFd>,
+}
+
 /// Called by the launcher after the fork and before the step may exec, for example to start
-/// the relay; receives the step's pid.
-pub type BeforeExec<'a> = &'a mut dyn FnMut(libc::pid_t) -> Result<(), CageError>;
+/// the relay.
+pub type BeforeExec<'a> = &'a mut dyn FnMut(Started<'_>) -> Result<(), CageError>;
 
 impl PreparedStep {
     /// Forks the step. With `before_exec`, the child waits until the hook returns, so a relay
@@ -324,7 +348,7 @@ impl PreparedStep {
         mut before_exec: Option<BeforeExec<'_>>,
     ) -> Result<RunningStep, CageError> {
         self.child.seal();
-        let hold = before_exec.is_some() || self.cgroup.is_some();
+        let hold = before_exec.is_some() || self.cgroup.is_some() || self.child.netns.is_some();
         let mut fds = [0 as RawFd; 2];
         // SAFETY: socketpair fills two descriptors.
         sys::check_int(unsafe {
@@ -368,6 +392,23 @@ impl PreparedStep {
             }
             err
         };
+        let mut listener = None;
+        if self.child.netns.is_some() {
+            match crate::netns::recv_fd(ours.as_raw_fd()) {
+                Ok((Some(fd), _)) => listener = Some(fd),
+                Ok((None, report)) => {
+                    // SAFETY: reap the failed child.
+                    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+                    return Err(self.child_failure(&report));
+                }
+                Err(e) => {
+                    return Err(refuse(crate::error::setup(
+                        "receiving the relay listener",
+                        e,
+                    )));
+                }
+            }
+        }
         if let Some(cg) = &self.cgroup
             && let Err(e) = cg.add(pid)
         {
@@ -377,7 +418,11 @@ impl PreparedStep {
             )));
         }
         if let Some(hook) = before_exec.as_mut()
-            && let Err(e) = hook(pid)
+            && let Err(e) = hook(Started {
+                pid,
+                pidfd: pidfd.as_fd(),
+                listener: listener.take(),
+            })
         {
             return Err(refuse(e));
         }
@@ -392,22 +437,29 @@ impl PreparedStep {
         // SAFETY: reading into a stack buffer.
         let n = unsafe { libc::read(ours.as_raw_fd(), report.as_mut_ptr().cast(), report.len()) };
         if n == 8 {
-            let stage = u32::from_ne_bytes(report[..4].try_into().unwrap());
-            let errno = i32::from_ne_bytes(report[4..].try_into().unwrap());
             // SAFETY: reap the failed child.
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-            let err = match Stage::from_u32(stage) {
-                Some(Stage::Exec) => exec_error(&self, errno),
-                Some(s) => CageError::Setup(format!(
-                    "the cage could not be set up while {}: {}",
-                    s.describe(),
-                    io::Error::from_raw_os_error(errno)
-                )),
-                None => CageError::Setup(format!("the step failed at an unknown stage {stage}")),
-            };
-            return Err(err);
+            return Err(self.child_failure(&report));
         }
         Ok(RunningStep::new(self, pid, pidfd, started))
+    }
+
+    /// Turns the child's `(stage, errno)` report into the error the user sees.
+    fn child_failure(&self, report: &[u8]) -> CageError {
+        if report.len() != 8 {
+            return CageError::Setup("the step exited before its cage was set up".into());
+        }
+        let stage = u32::from_ne_bytes(report[..4].try_into().unwrap());
+        let errno = i32::from_ne_bytes(report[4..].try_into().unwrap());
+        match Stage::from_u32(stage) {
+            Some(Stage::Exec) => exec_error(self, errno),
+            Some(s) => CageError::Setup(format!(
+                "the cage could not be set up while {}: {}",
+                s.describe(),
+                io::Error::from_raw_os_error(errno)
+            )),
+            None => CageError::Setup(format!("the step failed at an unknown stage {stage}")),
+        }
     }
 }
 

@@ -12,9 +12,11 @@ fn with_inherited_fd(mut cmd: Command, file: &std::fs::File) -> String {
     // SAFETY: dup2 in the child before exec; fd 5 becomes an inheritable copy.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::dup2(fd, 5) < 0 {
+            // dup2 onto itself keeps close-on-exec, so clear it explicitly.
+            if libc::dup2(fd, 5) < 0 || libc::fcntl(5, libc::F_SETFD, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+
             Ok(())
         });
     }
