@@ -42,6 +42,8 @@ pub(crate) enum Output {
     Text(String),
     /// Text that depends on run-time values (`echo "$X"`).
     UnknownText,
+    /// Shell set-up code printed by a local tool for `eval` (`ssh-agent -s`, `direnv hook`).
+    ShellSetup,
     /// Anything else (`cat file`, `git diff`): the same as running a file.
     Other,
 }
@@ -63,6 +65,33 @@ pub(crate) enum Stdin {
     Pipe(Vec<Upstream>),
     /// A here-document or here-string whose text is known (`None` when it expands values).
     Text(Option<String>),
+}
+
+/// The working directory a command runs in, relative to where the command line started.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Cwd {
+    /// Where the command line started (unknown, but relative paths stay relative to it).
+    #[default]
+    Start,
+    /// A directory set by a literal `cd`: absolute, `~`-based, or relative to the start.
+    Known(String),
+    /// Set by a `cd` whose target is only known at run time.
+    Unknown,
+}
+
+impl Cwd {
+    /// The directory after `cd target` (`None`: a target known only at run time).
+    pub fn after_cd(&self, target: Option<&str>) -> Cwd {
+        match target {
+            None | Some("-") => Cwd::Unknown,
+            Some(t) if t.starts_with('/') || t.starts_with('~') => Cwd::Known(t.to_owned()),
+            Some(t) => match self {
+                Cwd::Start => Cwd::Known(t.to_owned()),
+                Cwd::Known(base) => Cwd::Known(format!("{base}/{t}")),
+                Cwd::Unknown => Cwd::Unknown,
+            },
+        }
+    }
 }
 
 /// A redirection that writes to a file.
@@ -87,6 +116,8 @@ pub(crate) struct Invocation {
     pub elevated: bool,
     /// `xargs` appends arguments read from stdin at run time.
     pub appends_input: bool,
+    /// The working directory it runs in, as far as earlier `cd`s tell.
+    pub cwd: Cwd,
 }
 
 impl Invocation {
@@ -96,6 +127,20 @@ impl Invocation {
     pub fn program(&self) -> Option<String> {
         let first = self.argv.first()?.value()?;
         Some(basename(first).to_ascii_lowercase())
+    }
+
+    /// A path argument resolved against the working directory (`cd / && rm -rf *` deletes
+    /// `/*`). `None` when the path or the directory is only known at run time.
+    pub fn path(&self, arg: &Arg) -> Option<String> {
+        let v = arg.value()?;
+        if v.starts_with('/') || v.starts_with('~') {
+            return Some(v.to_owned());
+        }
+        match &self.cwd {
+            Cwd::Start => Some(v.to_owned()),
+            Cwd::Known(base) => Some(format!("{base}/{v}")),
+            Cwd::Unknown => None,
+        }
     }
 
     /// The arguments after the program.

@@ -12,7 +12,7 @@ use brush_parser::ast::{
     ProcessSubstitutionKind, SeparatorOperator, SimpleCommand,
 };
 
-use super::command::{Invocation, Output, Site, Stdin, Upstream, WriteTarget, operands};
+use super::command::{Cwd, Invocation, Output, Site, Stdin, Upstream, WriteTarget, operands};
 use super::interp::{self, CodeFrom};
 use super::rules::{self, Sink, exec, process};
 use super::word::{self, Arg};
@@ -39,6 +39,9 @@ pub(crate) fn classify(command: &str) -> Verdict {
 struct Walker {
     sink: Sink,
     parse_error: Option<String>,
+    /// The working directory as `cd` leaves it; saved and restored around anything that runs
+    /// in a child process (subshells, pipeline parts, payloads, substitutions).
+    cwd: Cwd,
 }
 
 /// What the walker knows about the place it is walking.
@@ -102,10 +105,12 @@ impl Walker {
         };
         match parse::program(&src) {
             Ok(program) => {
+                let saved = self.cwd.clone();
                 let mut out = Vec::new();
                 for list in &program.complete_commands {
                     out = self.compound_list(list, ctx);
                 }
+                self.cwd = saved;
                 out
             }
             Err(refusal) => {
@@ -164,8 +169,10 @@ impl Walker {
                     c.stdin = Stdin::Pipe(upstream.clone());
                 }
             }
+            let saved = self.cwd.clone();
             out = self.command(cmd, &c);
             if many {
+                self.cwd = saved;
                 upstream.extend(out.iter().cloned());
             }
         }
@@ -200,6 +207,7 @@ impl Walker {
                             writes: r.writes,
                             elevated: ctx.elevated,
                             appends_input: false,
+                            cwd: self.cwd.clone(),
                         };
                         rules::check(&inv, &mut self.sink);
                     }
@@ -211,7 +219,9 @@ impl Walker {
                 c.function = Some(f.fname.value.to_ascii_lowercase());
                 c.in_pipeline = false;
                 c.background = false;
+                let saved = self.cwd.clone();
                 self.compound(&f.body.0, &c);
+                self.cwd = saved;
                 Vec::new()
             }
             Command::ExtendedTest(test, _) => {
@@ -254,7 +264,12 @@ impl Walker {
                 self.compound_list(&a.body.list, ctx)
             }
             CompoundCommand::BraceGroup(b) => self.compound_list(&b.list, ctx),
-            CompoundCommand::Subshell(s) => self.compound_list(&s.list, ctx),
+            CompoundCommand::Subshell(s) => {
+                let saved = self.cwd.clone();
+                let out = self.compound_list(&s.list, ctx);
+                self.cwd = saved;
+                out
+            }
             CompoundCommand::ForClause(f) => {
                 for w in f.values.iter().flatten() {
                     self.word(&w.value, ctx);
@@ -318,15 +333,18 @@ impl Walker {
             self.sink.hit(&exec::HIDDEN_CODE, &site);
         }
         let mut fetched = false;
+        let mut setup = !expansion.substitutions.is_empty() && !expansion.params;
         for s in &expansion.substitutions {
             let out = self.script(&s.body, &ctx.nested(Stdin::Opaque));
             fetched |= out
                 .iter()
                 .any(|u| matches!(u.output, Output::Download | Output::Decoded));
+            setup &= !out.is_empty() && out.iter().all(|u| u.output == Output::ShellSetup);
         }
         let mut args = expansion.args;
         for a in &mut args {
             a.fetched = fetched;
+            a.setup_code = setup;
         }
         args
     }
@@ -376,7 +394,9 @@ impl Walker {
                     self.redirect(redirect, ctx, &mut r, &mut text, &mut key);
                 }
                 CommandPrefixOrSuffixItem::ProcessSubstitution(kind, sub) => {
+                    let saved = self.cwd.clone();
                     let out = self.compound_list(&sub.list, &ctx.nested(Stdin::Opaque));
+                    self.cwd = saved;
                     let shown = match kind {
                         ProcessSubstitutionKind::Read => {
                             format!("<({})", collapse(&sub.list.to_string()))
@@ -493,7 +513,9 @@ impl Walker {
                         text.push(shown);
                     }
                     IoFileRedirectTarget::ProcessSubstitution(pkind, sub) => {
+                        let saved = self.cwd.clone();
                         let out = self.compound_list(&sub.list, &ctx.nested(Stdin::Opaque));
+                        self.cwd = saved;
                         let shown = match pkind {
                             ProcessSubstitutionKind::Read => {
                                 format!("{op}<({})", collapse(&sub.list.to_string()))
@@ -554,6 +576,7 @@ impl Walker {
             writes,
             elevated,
             appends_input: peeled.appends_input,
+            cwd: self.cwd.clone(),
         };
         if let Some(first) = inv.argv.first()
             && first.value().is_none()
@@ -567,6 +590,17 @@ impl Walker {
         }
         rules::check(&inv, &mut self.sink);
         let program = inv.program();
+        match program.as_deref() {
+            Some("cd" | "pushd") => {
+                let target = operands(inv.args()).next();
+                self.cwd = match target {
+                    Some(t) => self.cwd.after_cd(t.value()),
+                    None => Cwd::Known("~".to_owned()),
+                };
+            }
+            Some("popd") => self.cwd = Cwd::Unknown,
+            _ => {}
+        }
         if let (Some(f), Some(p)) = (&ctx.function, &program)
             && f == p
             && (ctx.in_pipeline || ctx.background)
@@ -615,6 +649,7 @@ impl Walker {
             writes: Vec::new(),
             elevated: ctx.elevated || peeled.elevated,
             appends_input: false,
+            cwd: self.cwd.clone(),
         };
         rules::check(&inv, &mut self.sink);
         if let Some(p) = inv.program() {
@@ -680,6 +715,10 @@ impl Walker {
                     None => {
                         let mut a = Arg::unknown(&raw.join(" "));
                         a.fetched = args.iter().any(|a| a.fetched);
+                        a.setup_code = args
+                            .iter()
+                            .filter(|a| a.value().is_none())
+                            .all(|a| a.setup_code);
                         a
                     }
                 };
@@ -724,6 +763,8 @@ impl Walker {
                 self.script(code, &ctx.nested(stdin.clone()));
             }
             None if arg.fetched => self.sink.hit(&exec::DOWNLOAD_AS_CODE, site),
+            // `eval "$(ssh-agent -s)"`: set-up code a local tool prints for exactly this use.
+            None if arg.setup_code => {}
             None => self.sink.hit(&exec::DYNAMIC_PAYLOAD, site),
         }
     }

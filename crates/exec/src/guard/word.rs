@@ -15,7 +15,7 @@ const MAX_BRACE_WORDS: usize = 64;
 
 /// One argument of a simple command after shell word expansion, as far as it can be known
 /// without running anything.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Arg {
     /// The word as written (quotes included).
     pub raw: String,
@@ -28,6 +28,9 @@ pub(crate) struct Arg {
     /// True when a command substitution inside it prints downloaded (or decoded) content, as in
     /// `"$(curl -s URL)"`.
     pub fetched: bool,
+    /// True when its only unknown part is the output of a tool that prints shell set-up code
+    /// for `eval` (`eval "$(ssh-agent -s)"`).
+    pub setup_code: bool,
 }
 
 impl Arg {
@@ -36,8 +39,7 @@ impl Arg {
         Arg {
             raw: raw.to_owned(),
             value: Some(value.to_owned()),
-            splits: false,
-            fetched: false,
+            ..Default::default()
         }
     }
 
@@ -47,8 +49,7 @@ impl Arg {
         Arg {
             raw: raw.to_owned(),
             value: None,
-            splits: false,
-            fetched: false,
+            ..Default::default()
         }
     }
 
@@ -87,6 +88,8 @@ pub(crate) struct Expansion {
     pub hidden_code: bool,
     /// The word could not be parsed as a shell word.
     pub malformed: bool,
+    /// The word expands a variable other than `$HOME`.
+    pub params: bool,
 }
 
 /// One character-level segment of a word before brace expansion.
@@ -127,8 +130,7 @@ pub(crate) fn expand_heredoc(body: &str) -> Expansion {
             out.args.push(Arg {
                 raw: body.to_owned(),
                 value,
-                splits: false,
-                fetched: false,
+                ..Default::default()
             });
         }
         Err(_) => {
@@ -165,6 +167,7 @@ fn collect(pieces: &[WordPieceWithSource], quoted: bool, segs: &mut Vec<Seg>, ou
                 if is_home(expr) {
                     push_text(segs, "~", true);
                 } else {
+                    out.params = true;
                     if parameter_hides_code(expr) {
                         out.hidden_code = true;
                     }
@@ -348,9 +351,8 @@ fn brace_expand(raw: &str, segs: &[Seg]) -> Vec<Arg> {
     if segs.iter().any(|s| matches!(s, Seg::Unknown { .. })) {
         return vec![Arg {
             raw: raw.to_owned(),
-            value: None,
             splits,
-            fetched: false,
+            ..Default::default()
         }];
     }
     // Work on characters tagged with "quoted" so braces inside quotes stay literal.
@@ -369,8 +371,7 @@ fn brace_expand(raw: &str, segs: &[Seg]) -> Vec<Arg> {
         .map(|value| Arg {
             raw: raw.to_owned(),
             value: Some(value),
-            splits: false,
-            fetched: false,
+            ..Default::default()
         })
         .collect()
 }

@@ -102,7 +102,9 @@ fn rm(inv: &Invocation, sink: &mut super::Sink) {
         // `rm .git` without -r fails; a plain `rm` deletes named files only.
         return;
     }
-    let mut targets: Vec<Reach> = operands(args).map(|a| reach(a.value())).collect();
+    let mut targets: Vec<Reach> = operands(args)
+        .map(|a| reach(inv.path(a).as_deref()))
+        .collect();
     if inv.appends_input {
         targets.push(Reach::Unknown);
     }
@@ -177,7 +179,7 @@ fn find(inv: &Invocation, sink: &mut super::Sink) {
     while i < args.len() {
         match args[i].value() {
             Some(v) if v.starts_with('-') || v == "(" || v == "!" => break,
-            v => roots.push(v),
+            _ => roots.push(inv.path(&args[i])),
         }
         i += 1;
     }
@@ -204,11 +206,11 @@ fn find(inv: &Invocation, sink: &mut super::Sink) {
         return;
     }
     if roots.is_empty() {
-        roots.push(Some("."));
+        roots.push(inv.path(&super::super::word::Arg::literal(".", ".")));
     }
     let mut worst: Option<&'static Rule> = None;
     for root in roots {
-        let rule = match (reach(root), filtered) {
+        let rule = match (reach(root.as_deref()), filtered) {
             (Reach::Root, false) => Some(&FIND_ROOT),
             (Reach::Narrow | Reach::GitDir, _) | (Reach::Workdir, true) => None,
             _ => Some(&FIND_WIDE),

@@ -58,8 +58,8 @@ pub(crate) const WRITE: Rule = Rule {
 /// Flags any write that lands on a raw device, however it is made.
 pub(crate) fn check_writes(program: Option<&str>, inv: &Invocation, sink: &mut super::Sink) {
     for (target, via) in written_paths(program, inv) {
-        match (target.value(), via) {
-            (Some(path), via) if is_raw_device(path) => {
+        match (inv.path(&target), via) {
+            (Some(path), via) if is_raw_device(&path) => {
                 let rule = match via {
                     Via::Redirect => &REDIRECT,
                     Via::Dd => &DD,
@@ -85,7 +85,7 @@ fn is_mkfs(program: &str) -> bool {
 /// Checks formatting, wiping and partitioning tools.
 pub(crate) fn check(program: &str, inv: &Invocation, sink: &mut super::Sink) {
     let args = inv.args();
-    let devices = || operands(args).any(|a| a.value().is_some_and(is_raw_device));
+    let devices = || operands(args).any(|a| inv.path(a).is_some_and(|p| is_raw_device(&p)));
     if is_mkfs(program) {
         if devices() {
             sink.hit(&FORMAT, &inv.site);

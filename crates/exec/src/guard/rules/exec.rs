@@ -86,6 +86,7 @@ pub(crate) fn output_of(inv: &Invocation) -> Output {
         "openssl" if has("-d") || has("-base64") || has("base64") => Output::Decoded,
         "uudecode" | "gunzip" | "zcat" | "bzcat" | "xzcat" | "zstdcat" | "lzcat" => Output::Decoded,
         "gzip" | "bzip2" | "xz" | "zstd" if has("-d") || has("--decompress") => Output::Decoded,
+        _ if prints_shell_setup(&p, inv) => Output::ShellSetup,
         "echo" => echo_text(inv),
         "printf" => printf_text(inv),
         "cat" if operands(args).next().is_none() => match &inv.stdin {
@@ -94,6 +95,24 @@ pub(crate) fn output_of(inv: &Invocation) -> Output {
             _ => Output::Other,
         },
         _ => Output::Other,
+    }
+}
+
+/// Local tools whose documented use is `eval "$(tool ...)"`: they print environment set-up
+/// code of their own, not input from elsewhere.
+fn prints_shell_setup(program: &str, inv: &Invocation) -> bool {
+    let first = inv.args().first().and_then(|a| a.value()).unwrap_or("");
+    match program {
+        "ssh-agent" | "dircolors" | "keychain" => true,
+        "direnv" => matches!(first, "hook" | "export"),
+        "pyenv" | "rbenv" | "nodenv" | "goenv" | "jenv" | "plenv" => first == "init",
+        "starship" | "zoxide" | "atuin" | "mcfly" => first == "init",
+        "mise" | "rtx" => matches!(first, "activate" | "env"),
+        "fnm" => first == "env",
+        "brew" => first == "shellenv",
+        "opam" => first == "env",
+        "conda" | "micromamba" => first.starts_with("shell."),
+        _ => false,
     }
 }
 

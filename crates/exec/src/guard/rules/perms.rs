@@ -122,7 +122,7 @@ pub(crate) fn check(program: &str, inv: &Invocation, sink: &mut super::Sink) {
                 return;
             };
             let m = parse_mode(mode);
-            let any_wide = paths.iter().any(|p| wide(reach(p.value())));
+            let any_wide = paths.iter().any(|p| wide(reach(inv.path(p).as_deref())));
             if m.world_writable && recursive {
                 sink.hit(&WORLD_WRITABLE_TREE, &inv.site);
             } else if m.world_writable && any_wide {
@@ -137,7 +137,7 @@ pub(crate) fn check(program: &str, inv: &Invocation, sink: &mut super::Sink) {
         }
         "chown" | "chgrp" => {
             let (_, paths) = split_operands(args, false);
-            if recursive && paths.iter().any(|p| wide(reach(p.value()))) {
+            if recursive && paths.iter().any(|p| wide(reach(inv.path(p).as_deref()))) {
                 sink.hit(&CHOWN_SYSTEM, &inv.site);
             }
         }

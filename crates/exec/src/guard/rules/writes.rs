@@ -160,8 +160,10 @@ fn in_place(args: &[Arg], program: &str) -> bool {
 /// Flags writes to sensitive files.
 pub(crate) fn check(program: Option<&str>, inv: &Invocation, sink: &mut super::Sink) {
     for (target, _) in written_paths(program, inv) {
-        let Some(path) = target.value() else { continue };
-        let rule = match sensitive_write(path) {
+        let Some(path) = inv.path(&target) else {
+            continue;
+        };
+        let rule = match sensitive_write(&path) {
             Some(Sensitive::Startup) => &STARTUP,
             Some(Sensitive::Ssh) => &SSH,
             Some(Sensitive::System) => &SYSTEM,
