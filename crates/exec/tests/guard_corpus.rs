@@ -60,7 +60,7 @@ fn load() -> Vec<Case> {
             line: line_no,
             expect,
             id,
-            command: command.replace('⏎', "\n"),
+            command: command.replace('⏎', "\n").replace('␀', "\0"),
         });
     }
     cases

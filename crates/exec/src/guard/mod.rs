@@ -267,6 +267,14 @@ mod tests {
     }
 
     #[test]
+    fn approval_keys_cover_here_document_bodies() {
+        let a = classify("python3 - <<EOF\nimport os; os.system('ls')\nEOF");
+        let b = classify("python3 - <<EOF\nimport os; os.system('rm -rf ~')\nEOF");
+        assert!(a.needs_approval() && b.needs_approval());
+        assert_ne!(a.approval_keys(), b.approval_keys());
+    }
+
+    #[test]
     fn unparseable_commands_need_approval_and_say_why() {
         let v = classify("echo \"unterminated");
         assert!(v.needs_approval());

@@ -24,6 +24,9 @@ pub(crate) enum Refusal {
     TooLong(usize),
     /// Nested deeper than [`MAX_NESTING`].
     TooDeep(usize),
+    /// Contains a NUL byte: bash truncates an argument there but drops it from a script, so
+    /// what runs depends on how the backend passes the command.
+    Nul,
     /// The grammar rejected it.
     Syntax(String),
 }
@@ -39,6 +42,7 @@ impl std::fmt::Display for Refusal {
                 f,
                 "command nests {n} levels deep; the guard analyses at most {MAX_NESTING}"
             ),
+            Refusal::Nul => write!(f, "command contains a NUL byte"),
             Refusal::Syntax(msg) => write!(f, "shell syntax error: {msg}"),
         }
     }
@@ -54,6 +58,9 @@ pub(crate) fn options() -> ParserOptions {
 pub(crate) fn program(src: &str) -> Result<Program, Refusal> {
     if src.len() > MAX_COMMAND_LEN {
         return Err(Refusal::TooLong(src.len()));
+    }
+    if src.contains('\0') {
+        return Err(Refusal::Nul);
     }
     let depth = nesting_estimate(src);
     if depth > MAX_NESTING {
@@ -121,6 +128,11 @@ mod tests {
     fn deep_nesting_is_refused_before_the_parser_sees_it() {
         let deep = format!("{}echo{}", "(".repeat(500), ")".repeat(500));
         assert!(matches!(program(&deep), Err(Refusal::TooDeep(_))));
+    }
+
+    #[test]
+    fn nul_bytes_are_refused() {
+        assert_eq!(program("rm -rf /\0x").err(), Some(Refusal::Nul));
     }
 
     #[test]

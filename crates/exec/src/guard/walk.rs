@@ -443,7 +443,9 @@ impl Walker {
                     r.stdin = Some(Stdin::Text(Some(doc.doc.value.clone())));
                 }
                 let shown = format!("<<{}", doc.here_end.value);
+                // The body is part of what an approval approves, though too long to show.
                 key.push(shown.clone());
+                key.push(doc.doc.value.clone());
                 text.push(shown);
             }
             IoRedirect::HereString(fd, w) => {

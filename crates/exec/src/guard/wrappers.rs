@@ -121,6 +121,21 @@ fn is_assignment(v: &str) -> bool {
     }
 }
 
+/// Arguments joined with spaces into one piece of shell text, as `watch` and `ssh` do.
+fn joined(args: &[Arg]) -> Arg {
+    let raw: Vec<&str> = args.iter().map(|a| a.raw.as_str()).collect();
+    let raw = raw.join(" ");
+    let values: Option<Vec<&str>> = args.iter().map(Arg::value).collect();
+    match values {
+        Some(v) => Arg::literal(&raw, &v.join(" ")),
+        None => {
+            let mut a = Arg::unknown(&raw);
+            a.fetched = args.iter().any(|a| a.fetched);
+            a
+        }
+    }
+}
+
 /// Peels wrappers off `argv`, outermost first.
 pub(crate) fn peel(argv: &[Arg]) -> Peeled {
     let mut out = Peeled::default();
@@ -417,21 +432,25 @@ pub(crate) fn peel(argv: &[Arg]) -> Peeled {
                     Some(j)
                 } else {
                     // watch joins its arguments and hands them to `sh -c`.
-                    let parts: Option<Vec<&str>> =
-                        argv[j.min(argv.len())..].iter().map(Arg::value).collect();
-                    let raw: Vec<&str> = argv[j.min(argv.len())..]
-                        .iter()
-                        .map(|a| a.raw.as_str())
-                        .collect();
-                    let raw = raw.join(" ");
-                    if j < argv.len() {
-                        out.payloads.push(match parts {
-                            Some(p) => Arg::literal(&raw, &p.join(" ")),
-                            None => Arg::unknown(&raw),
-                        });
+                    let rest = argv.get(j..).unwrap_or(&[]);
+                    if !rest.is_empty() {
+                        out.payloads.push(joined(rest));
                     }
                     None
                 }
+            }
+            "ssh" => {
+                // `ssh host cmd...` runs cmd through the remote user's shell.
+                let spec = Options {
+                    short_with_value: "BbcDEeFIiJLlmOopQRSWw",
+                    long_with_value: &[],
+                };
+                let j = scan(argv, i + 1, &spec, |_| {});
+                let rest = argv.get(j + 1..).unwrap_or(&[]);
+                if !rest.is_empty() {
+                    out.payloads.push(joined(rest));
+                }
+                None
             }
             "xargs" => {
                 let spec = Options {
