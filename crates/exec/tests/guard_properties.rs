@@ -293,6 +293,24 @@ fn deeply_nested_input_is_refused_not_overflowed() {
 }
 
 #[test]
+fn nesting_hidden_by_ansi_c_escapes_inside_payloads_does_not_overflow() {
+    // `$'\x28'` is `(`: the outer nesting estimate cannot see parentheses spelled this way,
+    // so each payload level is checked again when it is parsed. Build as many levels as fit in
+    // the length limit, each nested 30 deep, and run it on a default 2 MiB test thread.
+    let mut cmd = format!("{}rm -rf /{}", "(".repeat(30), ")".repeat(30));
+    loop {
+        let encoded: String = cmd.bytes().map(|b| format!("\\x{b:02x}")).collect();
+        let next = format!("{}bash -c $'{encoded}'{}", "(".repeat(30), ")".repeat(30));
+        if next.len() > 60_000 {
+            break;
+        }
+        cmd = next;
+    }
+    let v = guard::classify(&cmd);
+    assert!(v.is_hardline(), "{:?}", v.findings);
+}
+
+#[test]
 fn payloads_nested_beyond_the_limit_need_approval() {
     let mut cmd = "ls".to_owned();
     for _ in 0..12 {

@@ -52,11 +52,22 @@
 //!
 //! # What the guard cannot see
 //!
-//! It reads the command, not its effects: a script written to a file and run later, an alias or
-//! function defined in an earlier command, the value of a variable set elsewhere, the code inside
-//! `python -c` (only calls that spawn processes or delete trees are flagged), or what a program
-//! does on its own (`make clean`, `npm run x`). It is advice for the approval flow; the cage is
-//! the boundary.
+//! It reads one command line, not its effects:
+//!
+//! * code that runs later or elsewhere: a script written to a file and run by a later command,
+//!   `make`/`npm run` targets, git hooks, a program's own behaviour;
+//! * state from earlier commands: aliases, functions and variables set in another call, and
+//!   (on purpose) variables set earlier on the same line: `X=/; rm -rf $X` is an approval for an
+//!   unknown target, not a guess that it is `/`;
+//! * run-time values: after `cd "$DIR"` relative paths are unknown; `$(...)` output is unknown
+//!   except for downloads (flagged) and a few `eval` set-up tools (`ssh-agent`, `direnv`);
+//! * other languages: `python -c`, `node -e` and here-documents fed to interpreters are only
+//!   skimmed for calls that spawn processes or delete trees;
+//! * differences between the parser and the shell that runs the command. One is known and
+//!   covered: brush-parser reads `( (cmd) )` as the arithmetic `((cmd))`, so arithmetic text is
+//!   also read as commands.
+//!
+//! It is advice for the approval flow; the cage is the boundary.
 
 mod command;
 mod interp;

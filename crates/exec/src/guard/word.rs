@@ -90,6 +90,8 @@ pub(crate) struct Expansion {
     pub malformed: bool,
     /// The word expands a variable other than `$HOME`.
     pub params: bool,
+    /// Texts of arithmetic expansions (`$((...))`), which the walker also reads as commands.
+    pub arithmetic: Vec<String>,
 }
 
 /// One character-level segment of a word before brace expansion.
@@ -190,6 +192,7 @@ fn collect(pieces: &[WordPieceWithSource], quoted: bool, segs: &mut Vec<Seg>, ou
                 if expr.value.contains("$(") || expr.value.contains('`') {
                     out.hidden_code = true;
                 }
+                out.arithmetic.push(expr.value.clone());
                 segs.push(Seg::Unknown { splits: !quoted });
             }
         }
