@@ -131,13 +131,41 @@ fn interpreter(program: &str) -> Option<Interpreter> {
     })
 }
 
+fn is_awk(program: &str) -> bool {
+    matches!(program, "awk" | "gawk" | "mawk" | "nawk")
+}
+
 /// True when `program` is an interpreter the guard knows (but cannot parse).
 pub(crate) fn is_interpreter(program: &str) -> bool {
-    interpreter(program).is_some()
+    interpreter(program).is_some() || is_awk(program)
+}
+
+/// awk takes its program as the first operand unless `-f file` names one.
+fn awk_code(args: &[Arg]) -> CodeFrom {
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].value() {
+            Some("-f") | Some("--file") => return CodeFrom::File(i + 1),
+            Some("--") => {
+                return if i + 1 < args.len() {
+                    CodeFrom::Arg(i + 1)
+                } else {
+                    CodeFrom::Nothing
+                };
+            }
+            Some("-F" | "-v" | "--field-separator" | "--assign") => i += 2,
+            Some(v) if v.starts_with('-') && v.len() > 1 => i += 1,
+            _ => return CodeFrom::Arg(i),
+        }
+    }
+    CodeFrom::Nothing
 }
 
 /// Where an interpreter takes its code from. Inline code may be bundled (`perl -pie CODE`).
 pub(crate) fn interpreter_code(program: &str, args: &[Arg]) -> CodeFrom {
+    if is_awk(program) {
+        return awk_code(args);
+    }
     let Some(spec) = interpreter(program) else {
         return CodeFrom::Nothing;
     };
@@ -224,6 +252,12 @@ pub(crate) fn code_spawns(program: &str, code: &str) -> bool {
     if SPAWNING_CALLS.iter().any(|c| lower.contains(c)) {
         return true;
     }
+    // awk runs commands through pipes: `print | "sh"`, `"cmd" | getline`.
+    if is_awk(program)
+        && (lower.contains("| \"") || lower.contains("|\"") || lower.contains("getline"))
+    {
+        return true;
+    }
     // Perl and Ruby run backquoted text as a shell command.
     let backticks = matches!(
         program.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.'),
@@ -282,5 +316,12 @@ mod tests {
         assert!(code_spawns("python3", "import os; os.system('rm -rf /')"));
         assert!(code_spawns("perl", "print `id`"));
         assert!(!code_spawns("python3", "import sys; print(sys.version)"));
+        assert!(code_spawns("awk", "BEGIN { system(\"id\") }"));
+        assert!(code_spawns("awk", "{ print | \"sh\" }"));
+        assert!(!code_spawns("awk", "{ print $1 }"));
+        assert_eq!(
+            interpreter_code("awk", &args("-F : { print }")),
+            CodeFrom::Arg(2)
+        );
     }
 }

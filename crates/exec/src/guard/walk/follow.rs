@@ -64,6 +64,12 @@ impl Walker {
             self.sink.hit(rule, &inv.site);
         }
         rules::check(&inv, &mut self.sink);
+        if inv.program().is_none() && written.get(1).is_some_and(|a| a.is("-c")) {
+            // `$SHELL -c CODE`: whatever the shell is, the code is readable.
+            if let Some(code) = written.get(2) {
+                self.payload(code, &inv.site, &inv.stdin, &inner);
+            }
+        }
         let program = inv.program();
         match program.as_deref() {
             Some("cd" | "pushd") => {
@@ -182,6 +188,11 @@ impl Walker {
             return;
         }
         match program {
+            "git" => {
+                for code in git_config_commands(args) {
+                    self.payload(&code, &inv.site, &Stdin::Opaque, ctx);
+                }
+            }
             "eval" => {
                 let values: Option<Vec<&str>> = args.iter().map(Arg::value).collect();
                 let raw: Vec<&str> = args.iter().map(|a| a.raw.as_str()).collect();
@@ -301,4 +312,62 @@ impl Walker {
             self.sink.hit(&rules::exec::INLINE_SPAWN, site);
         }
     }
+}
+
+/// git settings whose value is a shell command git runs.
+const GIT_COMMAND_KEYS: &[&str] = &[
+    "core.pager",
+    "core.sshcommand",
+    "core.editor",
+    "core.fsmonitor",
+    "core.askpass",
+    "diff.external",
+    "sequence.editor",
+    "credential.helper",
+    "gpg.program",
+    "uploadpack.packobjectshook",
+];
+
+/// Shell commands set with `git -c key=value` before the subcommand (`-c alias.x='!cmd'`,
+/// `-c core.pager='cmd'`).
+fn git_config_commands(args: &[Arg]) -> Vec<Arg> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let Some(v) = args[i].value() else { break };
+        if !v.starts_with('-') {
+            break;
+        }
+        if v == "-c" {
+            let setting = args.get(i + 1);
+            match setting.and_then(Arg::value).and_then(|s| s.split_once('=')) {
+                Some((key, value)) => {
+                    let key = key.to_ascii_lowercase();
+                    if key.starts_with("alias.") {
+                        if let Some(cmd) = value.strip_prefix('!') {
+                            out.push(Arg::literal(cmd, cmd));
+                        }
+                    } else if GIT_COMMAND_KEYS.contains(&key.as_str()) || key.starts_with("pager.")
+                    {
+                        out.push(Arg::literal(value, value));
+                    }
+                }
+                None if setting.is_some_and(|a| a.value().is_none()) => {
+                    out.push(Arg::unknown("-c"))
+                }
+                None => {}
+            }
+            i += 2;
+        } else {
+            i += if matches!(
+                v,
+                "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--exec-path"
+            ) {
+                2
+            } else {
+                1
+            };
+        }
+    }
+    out
 }
