@@ -21,8 +21,7 @@ if [ "${INSTALL:-1}" = 1 ]; then
   [ -x "$WORK/node_modules/.bin/srt" ] || (cd "$WORK" && npm install --no-audit --no-fund @anthropic-ai/sandbox-runtime >/dev/null)
 fi
 cargo build --release --locked -q
-NESTBOX=$PWD/${CARGO_TARGET_DIR:-target}/release/nestbox
-[ -x "$NESTBOX" ] || NESTBOX=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/nestbox
+NESTBOX=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/nestbox
 gcc -O2 -o "$WORK/floor" bench/floor.c
 SRT="$WORK/node_modules/.bin/srt"
 cat > "$WORK/srt-settings.json" <<JSON

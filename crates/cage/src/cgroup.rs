@@ -16,10 +16,22 @@ pub struct PidsCgroup {
 
 /// Where the pids controller is mounted and our cgroup's path within it.
 fn locate() -> Result<PathBuf, String> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
     let cgroups = std::fs::read_to_string("/proc/self/cgroup")
         .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+    // Fast path: the usual cgroup v1 layout, without parsing mountinfo.
+    if let Some(path) = cgroups.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+        controllers.split(',').any(|c| c == "pids").then_some(path)
+    }) {
+        let dir = Path::new("/sys/fs/cgroup/pids").join(path.trim_start_matches('/'));
+        if dir.join("cgroup.procs").exists() {
+            return Ok(dir);
+        }
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+
     for line in mountinfo.lines() {
         let Some((left, right)) = line.split_once(" - ") else {
             continue;
