@@ -1,1 +1,10 @@
-//! nestbox net layer (see ARCHITECTURE.md).
+//! # nestbox-net
+//!
+//! The network side of nestbox (the relay is being built here): the upstream proxy a relay
+//! chains through, and the audit log of relay decisions.
+
+pub mod audit;
+pub mod upstream;
+
+pub use audit::{AuditLog, Decision};
+pub use upstream::{NoProxy, Upstream, UpstreamError, upstream_from_env};
