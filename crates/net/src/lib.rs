@@ -1,9 +1,10 @@
 //! # nestbox-net
 //!
 //! The network side of nestbox (the relay is being built here): the upstream proxy a relay
-//! chains through, and the audit log of relay decisions.
+//! chains through, preset expansion on this machine, and the audit log of relay decisions.
 
 pub mod audit;
+pub mod registry;
 pub mod upstream;
 
 pub use audit::{AuditLog, Decision};
