@@ -3,23 +3,34 @@
 //! references; the relay never holds the data, so an idle tunnel costs no buffer at all and a busy
 //! one no user-space copy.
 //!
-//! Every fd is non-blocking and readiness comes from tokio (`async_io`), so one thread serves all
-//! tunnels. Each direction gets its own pipe, created when its first byte arrives and kept for the
-//! tunnel's life (two pipes: four fds per busy tunnel besides its two sockets).
+//! Every fd is non-blocking and readiness comes from tokio, so one thread serves all tunnels.
+//! A direction holds a pipe only while bytes flow: it is created when data arrives and closed
+//! after [`IDLE`] without any, so an idle tunnel holds its two sockets and nothing else (fds
+//! matter: 1,000 idle tunnels would otherwise hold 6,000). A pipe starts at the kernel's default
+//! size (64 KiB) and grows to [`BULK_PIPE`] the first time a single splice fills it: bulk
+//! transfers then move in large steps (measured here: a 100 MiB download through 64 KiB pipes ran
+//! at about 60 % of direct, through 1 MiB pipes at par), while small exchanges never charge the
+//! user's pipe-memory quota (`/proc/sys/fs/pipe-user-pages-soft`) for big buffers.
 
 use std::cell::Cell;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-/// How much one splice call moves at most: the default pipe capacity.
-const CHUNK: usize = 64 * 1024;
+/// How long a direction keeps its pipe after the last byte.
+pub(crate) const IDLE: Duration = Duration::from_millis(250);
+
+/// The size a pipe grows to once a transfer fills it.
+const BULK_PIPE: usize = 1024 * 1024;
 
 struct Pipe {
     read: OwnedFd,
     write: OwnedFd,
+    capacity: usize,
+    grown: bool,
 }
 
 impl Pipe {
@@ -32,7 +43,30 @@ impl Pipe {
         }
         // SAFETY: pipe2 succeeded, so both fds are open and owned by nobody else.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        Ok(Pipe { read, write })
+        // SAFETY: F_GETPIPE_SZ only reads the pipe's size.
+        let size = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
+        Ok(Pipe {
+            read,
+            write,
+            capacity: usize::try_from(size).unwrap_or(4096).max(4096),
+            grown: false,
+        })
+    }
+
+    /// Tries once to enlarge the pipe; a refusal (quota, limit) leaves it as it is.
+    fn grow(&mut self) {
+        self.grown = true;
+        // SAFETY: F_SETPIPE_SZ on a pipe we own; on failure nothing changes.
+        let size = unsafe {
+            libc::fcntl(
+                self.write.as_raw_fd(),
+                libc::F_SETPIPE_SZ,
+                BULK_PIPE as libc::c_int,
+            )
+        };
+        if let Ok(size) = usize::try_from(size) {
+            self.capacity = size;
+        }
     }
 }
 
@@ -68,38 +102,51 @@ pub(crate) fn shutdown_write(stream: &TcpStream) {
 /// `moved` counts the bytes delivered, updated as they go (so a relay shutting down mid-tunnel
 /// still logs the true count).
 pub(crate) async fn pump(from: &TcpStream, to: &TcpStream, moved: &Cell<u64>) -> io::Result<()> {
-    // wait for the first byte without holding a pipe: idle tunnels cost no fds beyond sockets
-    from.readable().await?;
-    let pipe = match Pipe::new() {
-        Ok(p) => p,
-        Err(_) => return copy(from, to, moved).await,
-    };
     let (src, dst) = (from.as_raw_fd(), to.as_raw_fd());
-    let (pipe_r, pipe_w) = (pipe.read.as_raw_fd(), pipe.write.as_raw_fd());
     loop {
-        // The pipe is empty here, so EAGAIN can only mean "no data on the socket yet".
-        let filled = match from
-            .async_io(Interest::READABLE, || splice(src, pipe_w, CHUNK))
-            .await
-        {
-            Ok(n) => n,
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && moved.get() == 0 => {
-                return copy(from, to, moved).await;
-            }
-            Err(e) => return Err(e),
+        // idle: wait for data holding no pipe
+        from.readable().await?;
+        let mut pipe = match Pipe::new() {
+            Ok(p) => p,
+            Err(_) => return copy(from, to, moved).await,
         };
-        if filled == 0 {
-            shutdown_write(to);
-            return Ok(());
-        }
-        let mut left = filled;
-        while left > 0 {
-            // The pipe holds data here, so EAGAIN means the destination socket is full.
-            let n = to
-                .async_io(Interest::WRITABLE, || splice(pipe_r, dst, left))
-                .await?;
-            left -= n;
-            moved.set(moved.get() + n as u64);
+        loop {
+            // The pipe is empty here, so EAGAIN can only mean "no data on the socket yet".
+            let capacity = pipe.capacity;
+            let pipe_w = pipe.write.as_raw_fd();
+            let filled = match from.try_io(Interest::READABLE, || splice(src, pipe_w, capacity)) {
+                Ok(0) => {
+                    shutdown_write(to);
+                    return Ok(());
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    match tokio::time::timeout(IDLE, from.readable()).await {
+                        Ok(ready) => {
+                            ready?;
+                            continue;
+                        }
+                        Err(_) => break, // quiet for a while: give the pipe back
+                    }
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && moved.get() == 0 => {
+                    return copy(from, to, moved).await;
+                }
+                Err(e) => return Err(e),
+            };
+            let pipe_r = pipe.read.as_raw_fd();
+            let mut left = filled;
+            while left > 0 {
+                // The pipe holds data here, so EAGAIN means the destination socket is full.
+                let n = to
+                    .async_io(Interest::WRITABLE, || splice(pipe_r, dst, left))
+                    .await?;
+                left -= n;
+                moved.set(moved.get() + n as u64);
+            }
+            if filled == pipe.capacity && !pipe.grown {
+                pipe.grow();
+            }
         }
     }
 }

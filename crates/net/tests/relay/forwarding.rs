@@ -181,3 +181,30 @@ fn relay_answers_504_when_the_destination_never_answers() {
     assert_refused(&r, 504, "connect_timeout");
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
+
+#[test]
+fn relay_carries_a_large_transfer_intact_across_pauses_and_half_close() {
+    let echo = Echo::start();
+    let relay = Relay::builder()
+        .allow(&format!("127.0.0.1:{}", echo.port()))
+        .start();
+    let (s, r) = relay.connect_to(&echo.addr.to_string());
+    assert_eq!(r.status, 200);
+    let data: Vec<u8> = (0..24 * 1024 * 1024u32).map(|i| (i * 7 + i / 4099) as u8).collect();
+    let mut writer = s.try_clone().unwrap();
+    let sent = data.clone();
+    let t = std::thread::spawn(move || {
+        let (a, b) = sent.split_at(sent.len() / 2);
+        writer.write_all(a).unwrap();
+        // longer than the relay keeps an idle pipe: the second half needs a new one
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        writer.write_all(b).unwrap();
+        writer.shutdown(std::net::Shutdown::Write).unwrap();
+    });
+    let mut back = Vec::with_capacity(data.len());
+    let mut reader = s;
+    reader.read_to_end(&mut back).unwrap(); // ends when the echo server closes after our EOF
+    t.join().unwrap();
+    assert_eq!(back.len(), data.len());
+    assert!(back == data, "bytes differ");
+}
