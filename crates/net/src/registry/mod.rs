@@ -239,7 +239,7 @@ pub fn expand(preset: &'static Preset, discovery: &Discovery) -> Expansion {
     }
     if !sources.replaces_default {
         for h in preset.fallback {
-            push_entry(&mut out, h, "default");
+            push_entry(&mut out, h, "default (the configuration names no index)");
         }
     }
     out
