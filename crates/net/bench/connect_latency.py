@@ -1,0 +1,34 @@
+"""Per-CONNECT added latency: time N sequential (connect, CONNECT, 200, 1-byte echo, close)
+through the relay against N sequential (connect, 1-byte echo, close) straight to the echo
+server. Prints the best of 5 rounds of each, interleaved, and the difference per connection."""
+import socket, sys, time
+
+relay, echo, n = int(sys.argv[1]), int(sys.argv[2]), 1000
+
+def direct():
+    s = socket.create_connection(("127.0.0.1", echo))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(b"x"); assert s.recv(1) == b"x"
+    s.close()
+
+req = f"CONNECT 127.0.0.1:{echo} HTTP/1.1\r\nHost: 127.0.0.1:{echo}\r\n\r\n".encode()
+def via_relay():
+    s = socket.create_connection(("127.0.0.1", relay))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s.sendall(req)
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        head += s.recv(1)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    s.sendall(b"x"); assert s.recv(1) == b"x"
+    s.close()
+
+best = {"direct": 1e9, "relay": 1e9}
+for _ in range(5):
+    for name, f in (("direct", direct), ("relay", via_relay)):
+        t = time.perf_counter()
+        for _ in range(n):
+            f()
+        best[name] = min(best[name], (time.perf_counter() - t) / n)
+print(f"  direct {best['direct']*1e3:.3f} ms/conn  relay {best['relay']*1e3:.3f} ms/conn  "
+      f"added {(best['relay']-best['direct'])*1e3:.3f} ms per CONNECT")
