@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # relay-bench.sh - quick side-by-side figures for the relay, on loopback only:
-#   1. 100 MiB download: direct vs through the relay (plain HTTP and CONNECT), hyperfine
+#   1. 100 MiB download: direct vs through the relay (plain HTTP and CONNECT), interleaved
 #   2. added latency per CONNECT (tunnel set-up + one echo round trip) vs a direct connection
 #   3. relay RSS with 1,000 idle tunnels
 # Usage: crates/net/bench/relay-bench.sh [path/to/nestbox]   (default: release build)
-# Needs: curl, python3, hyperfine. Everything listens on 127.0.0.1 and stops by itself.
+# Needs: curl, python3. Everything listens on 127.0.0.1 and stops by itself.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 NESTBOX=${1:-${CARGO_TARGET_DIR:-target}/release/nestbox}
@@ -26,20 +26,12 @@ RELAY=$(free_port)
 RELAY_PID=$!
 wait_port "$HTTP"; wait_port "$ECHO"; wait_port "$RELAY"
 
-echo "== 1. 100 MiB download (hyperfine; ratio = relay mean / direct mean)"
+echo "== 1. 100 MiB download, curl, 30 interleaved rounds (includes curl start-up, ~5 ms)"
 url="http://127.0.0.1:$HTTP/big.bin"
-hyperfine -N --warmup 3 --min-runs 20 --style basic --export-json "$WORK/dl.json" \
-  -n direct "curl -sS -o /dev/null --noproxy '' $url" \
-  -n relay-http "curl -sS -o /dev/null --noproxy '' -x http://127.0.0.1:$RELAY $url" \
-  -n relay-connect "curl -sS -o /dev/null --noproxy '' -p -x http://127.0.0.1:$RELAY $url"
-python3 - "$WORK/dl.json" <<'PY'
-import json, sys
-r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
-d = r["direct"]["mean"]
-for name, x in r.items():
-    print(f"  {name:14} mean {x['mean']*1000:7.1f} ms  median {x['median']*1000:7.1f} ms  "
-          f"{100*1024*1024/x['median']/1e6:7.0f} MB/s  throughput vs direct {d/x['mean']*100:5.1f} %")
-PY
+python3 "$here/interleave.py" 30 $((100 * 1024 * 1024)) \
+  "direct=curl -sS -o /dev/null --noproxy '' $url" \
+  "relay-http=curl -sS -o /dev/null --noproxy '' -x http://127.0.0.1:$RELAY $url" \
+  "relay-connect=curl -sS -o /dev/null --noproxy '' -p -x http://127.0.0.1:$RELAY $url"
 
 echo "== 2. per-CONNECT cost (1,000 sequential set-ups + 1-byte echo, best of 5)"
 python3 "$here/connect_latency.py" "$RELAY" "$ECHO"

@@ -57,7 +57,8 @@ pub struct Record {
     pub detail: Option<String>,
     /// The HTTP status the relay answered with (200 for an established tunnel).
     pub status: Option<u16>,
-    /// Bytes from the client to the destination (after the request head).
+    /// Bytes sent towards the destination: a tunnel's bytes after the `CONNECT` head, or the
+    /// request head a fetch forwarded.
     pub bytes_up: u64,
     /// Bytes from the destination to the client.
     pub bytes_down: u64,

@@ -53,6 +53,8 @@
 //! serve(listener, RelayConfig::new(allowlist), Lifecycle::default()).unwrap();
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod audit;
 mod config;
 pub mod registry;

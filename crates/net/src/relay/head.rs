@@ -88,7 +88,7 @@ impl Scanner {
                     }
                     None => {
                         self.searched = buf.len();
-                        if buf.len() - start > limits.max_line {
+                        if buf.len().saturating_sub(start) > limits.max_line {
                             return Err(Refusal::request_line_too_long(limits));
                         }
                         return Ok(Scan::Incomplete);
@@ -96,7 +96,7 @@ impl Scanner {
                 }
             }
         };
-        if line_end - start > limits.max_line {
+        if line_end.saturating_sub(start) > limits.max_line {
             return Err(Refusal::request_line_too_long(limits));
         }
         // a blank line is `\n\n` or `\n\r\n`; it can start at the request line's `\n`
@@ -104,7 +104,7 @@ impl Scanner {
         match find_blank_line(&buf[from..]) {
             Some(len) => {
                 let end = from + len;
-                if end - start > limits.max_head {
+                if end.saturating_sub(start) > limits.max_head {
                     return Err(Refusal::headers_too_large(limits));
                 }
                 Ok(Scan::Complete { end })
@@ -112,7 +112,7 @@ impl Scanner {
             None => {
                 // keep the last two bytes: a blank line may straddle this read and the next
                 self.searched = buf.len().saturating_sub(2).max(line_end);
-                if buf.len() - start > limits.max_head {
+                if buf.len().saturating_sub(start) > limits.max_head {
                     return Err(Refusal::headers_too_large(limits));
                 }
                 Ok(Scan::Incomplete)

@@ -392,8 +392,11 @@ async fn handle(client: TcpStream, _peer: SocketAddr, shared: Rc<Shared>) {
 /// for a moment so the close does not turn into a reset that destroys the answer in flight.
 async fn refuse(client: &TcpStream, entry: &mut Entry<'_>, refusal: Refusal) {
     entry.refused(&refusal);
-    if splice::send_all(client, &refusal.response()).await.is_err() {
-        return;
+    // a client that does not read its answer does not get to hold the connection open
+    let answer = refusal.response();
+    match timeout(Duration::from_secs(2), splice::send_all(client, &answer)).await {
+        Ok(Ok(())) => {}
+        _ => return,
     }
     splice::shutdown_write(client);
     let drain = async {

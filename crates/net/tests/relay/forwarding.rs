@@ -190,7 +190,9 @@ fn relay_carries_a_large_transfer_intact_across_pauses_and_half_close() {
         .start();
     let (s, r) = relay.connect_to(&echo.addr.to_string());
     assert_eq!(r.status, 200);
-    let data: Vec<u8> = (0..24 * 1024 * 1024u32).map(|i| (i * 7 + i / 4099) as u8).collect();
+    let data: Vec<u8> = (0..24 * 1024 * 1024u32)
+        .map(|i| (i * 7 + i / 4099) as u8)
+        .collect();
     let mut writer = s.try_clone().unwrap();
     let sent = data.clone();
     let t = std::thread::spawn(move || {

@@ -41,4 +41,14 @@ fn relay_refuses_a_name_resolving_into_a_denied_range() {
     let (_s, r) = relay.connect_to(&format!("a.test:{p}"));
     assert_refused(&r, 403, "denied_by_rule");
     assert_eq!(echo.connections(), 0);
+
+    // control: the same relay without the deny entry
+    let relay = Relay::builder()
+        .allow(&format!("a.test:{p}"))
+        .allow(&format!("127.0.0.0/8:{p}"))
+        .resolve("a.test=127.0.0.1")
+        .start();
+    let (mut s, r) = relay.connect_to(&format!("a.test:{p}"));
+    assert_eq!(r.status, 200);
+    assert_echoes(&mut s);
 }

@@ -40,6 +40,16 @@ fn relay_refuses_a_listed_host_on_another_port() {
     // `echo.test` without a port means 443 for CONNECT
     let (_s, r) = relay.connect_to(&format!("echo.test:{}", echo.port()));
     assert_refused(&r, 403, "host_not_allowed");
+
+    // control: the entry with this port
+    let relay = Relay::builder()
+        .allow(&format!("echo.test:{}", echo.port()))
+        .allow("127.0.0.1:*")
+        .resolve("echo.test=127.0.0.1")
+        .start();
+    let (mut s, r) = relay.connect_to(&format!("echo.test:{}", echo.port()));
+    assert_eq!(r.status, 200);
+    assert_echoes(&mut s);
 }
 
 #[test]
