@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use nestbox_net::registry::{Discovery, expand};
+use nestbox_net::registry::{Discovery, expand_all};
 use nestbox_net::{
     AuditLog, Lifecycle, Limits, RelayConfig, StaticHosts, Upstream, allowlist_from_policy, serve,
     upstream_from_env,
@@ -237,8 +237,8 @@ fn check_listening(fd: RawFd) -> Result<(), String> {
 
 /// Runs `nestbox presets`; returns the process exit code.
 pub fn presets(args: PresetsArgs) -> i32 {
-    let chosen = if args.names.is_empty() {
-        PRESETS.iter().collect::<Vec<_>>()
+    let chosen: Vec<&'static nestbox_policy::Preset> = if args.names.is_empty() {
+        PRESETS.iter().collect()
     } else {
         let mut out = Vec::new();
         for name in &args.names {
@@ -253,7 +253,7 @@ pub fn presets(args: PresetsArgs) -> i32 {
         out
     };
     let discovery = Discovery::from_process();
-    let expansions: Vec<_> = chosen.into_iter().map(|p| expand(p, &discovery)).collect();
+    let expansions = expand_all(&chosen, &discovery);
     let mut out = std::io::stdout().lock();
     if args.json {
         let list: Vec<serde_json::Value> = expansions

@@ -171,12 +171,19 @@ pub fn allowlist_from_policy(
     discovery: &Discovery,
 ) -> Result<Allowlist, ConfigError> {
     let mut list = Allowlist::from_entries(&net.allow, &net.deny)?;
+    let mut presets = Vec::new();
     for entry in &net.presets {
         let preset = find_preset(entry.text.trim()).map_err(|error| ConfigError::Preset {
             origin: entry.origin.clone(),
             error,
         })?;
-        for found in registry::expand(preset, discovery).hosts {
+        if !presets.contains(&preset) {
+            presets.push(preset);
+        }
+    }
+    for expansion in registry::expand_all(&presets, discovery) {
+        let preset = expansion.preset;
+        for found in expansion.hosts {
             list.allow(Rule {
                 text: found.rule.to_string(),
                 host: found.rule,

@@ -245,6 +245,25 @@ pub fn expand(preset: &'static Preset, discovery: &Discovery) -> Expansion {
     out
 }
 
+/// Expands several presets at once, asking the package tools in parallel (each tool's start-up,
+/// a few hundred milliseconds for pip, then overlaps). Results are in the order given.
+pub fn expand_all(presets: &[&'static Preset], discovery: &Discovery) -> Vec<Expansion> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = presets
+            .iter()
+            .map(|p| scope.spawn(move || expand(p, discovery)))
+            .collect();
+        handles
+            .into_iter()
+            .zip(presets)
+            .map(|(h, p)| {
+                h.join()
+                    .unwrap_or_else(|_| expand(p, &Discovery::offline()))
+            })
+            .collect()
+    })
+}
+
 fn push_entry(out: &mut Expansion, text: &str, via: &str) {
     match HostRule::parse(text) {
         Ok(rule) => push(out, rule, via),
