@@ -133,12 +133,6 @@ fn configure(args: &RelayArgs) -> Result<(TcpListener, RelayConfig, Lifecycle), 
     };
     let discovery = Discovery::from_process();
     let allowlist = allowlist_from_policy(&net, &discovery).map_err(|e| e.to_string())?;
-    if allowlist.is_empty() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "nestbox relay: no --allow or --preset given: every request will be refused"
-        );
-    }
     let upstream = if args.no_upstream {
         None
     } else if let Some(url) = &args.upstream {
@@ -183,6 +177,12 @@ fn configure(args: &RelayArgs) -> Result<(TcpListener, RelayConfig, Lifecycle), 
             .map(|&fd| inherited(fd, "--watch-pidfd"))
             .collect::<Result<_, _>>()?,
     };
+    if allowlist.is_empty() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "nestbox relay: no --allow or --preset given: every request will be refused"
+        );
+    }
     if let Some(up) = &upstream {
         let _ = writeln!(std::io::stderr(), "nestbox relay: chaining through {up}");
     }

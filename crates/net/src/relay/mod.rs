@@ -262,14 +262,9 @@ async fn handle(client: TcpStream, _peer: SocketAddr, shared: Rc<Shared>) {
     let (head, early) = match read {
         Ok(Ok(found)) => found,
         Err(_) => {
-            return refuse(
-                &client,
-                &mut entry,
-                Refusal::header_timeout(limits.head_timeout),
-            )
-            .await;
+            return refuse(&client, entry, Refusal::header_timeout(limits.head_timeout)).await;
         }
-        Ok(Err(HeadError::Refuse(r))) => return refuse(&client, &mut entry, r).await,
+        Ok(Err(HeadError::Refuse(r))) => return refuse(&client, entry, r).await,
         Ok(Err(HeadError::Empty)) => {
             entry.silent = true;
             return;
@@ -290,7 +285,7 @@ async fn handle(client: TcpStream, _peer: SocketAddr, shared: Rc<Shared>) {
         Ok(r) => r,
         Err(r) => {
             entry.host = Some(head.target.chars().take(256).collect());
-            return refuse(&client, &mut entry, r).await;
+            return refuse(&client, entry, r).await;
         }
     };
     let (host, port, kind) = (request.host(), request.port(), request.kind());
@@ -300,32 +295,27 @@ async fn handle(client: TcpStream, _peer: SocketAddr, shared: Rc<Shared>) {
     match shared.config.allowlist.check_host(host, port, kind) {
         HostVerdict::Allowed(rule) => entry.rule = Some(rule.to_string()),
         HostVerdict::Denied(rule) => {
-            return refuse(
-                &client,
-                &mut entry,
-                Refusal::denied_by_rule(host, port, rule),
-            )
-            .await;
+            return refuse(&client, entry, Refusal::denied_by_rule(host, port, rule)).await;
         }
         HostVerdict::NotListed => {
             let r = match host {
                 Host::Addr(_) => Refusal::ip_literal_not_allowed(host, port, kind),
                 Host::Name(_) => Refusal::host_not_allowed(host, port, kind),
             };
-            return refuse(&client, &mut entry, r).await;
+            return refuse(&client, entry, r).await;
         }
     }
     let Some(_tunnel) = Slot::take(&shared.tunnels, limits.max_tunnels) else {
         return refuse(
             &client,
-            &mut entry,
+            entry,
             Refusal::too_many_tunnels(limits.max_tunnels),
         )
         .await;
     };
     let route = match dial::open(shared, &request).await {
         Ok(route) => route,
-        Err(r) => return refuse(&client, &mut entry, r).await,
+        Err(r) => return refuse(&client, entry, r).await,
     };
     entry.addr = Some(route.addr.to_string());
     if route.upstream {
@@ -390,13 +380,14 @@ async fn handle(client: TcpStream, _peer: SocketAddr, shared: Rc<Shared>) {
 
 /// Answers with `refusal`, then closes gently: half-close, and read what the client still sends
 /// for a moment so the close does not turn into a reset that destroys the answer in flight.
-async fn refuse(client: &TcpStream, entry: &mut Entry<'_>, refusal: Refusal) {
+async fn refuse(client: &TcpStream, mut entry: Entry<'_>, refusal: Refusal) {
     entry.refused(&refusal);
     // a client that does not read its answer does not get to hold the connection open
     let answer = refusal.response();
-    match timeout(Duration::from_secs(2), splice::send_all(client, &answer)).await {
-        Ok(Ok(())) => {}
-        _ => return,
+    let sent = timeout(Duration::from_secs(2), splice::send_all(client, &answer)).await;
+    drop(entry); // the decision is logged now, not after the goodbye below
+    if !matches!(sent, Ok(Ok(()))) {
+        return;
     }
     splice::shutdown_write(client);
     let drain = async {
