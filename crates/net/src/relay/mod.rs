@@ -370,7 +370,11 @@ async fn handle(client: TcpStream, _peer: SocketAddr, shared: Rc<Shared>) {
     };
     match ended {
         Ok(()) => {}
-        Err(End::Refused(r)) => entry.refused(&r),
+        Err(End::Refused(r)) => {
+            // the client already has its 200; record the refusal, keep the status it saw
+            entry.refused(&r);
+            entry.status = Some(200);
+        }
         Err(End::Io(e)) => {
             // a reset mid-transfer is normal traffic, not a decision: keep "allow", note it
             entry.detail = Some(format!("ended with: {e}"));

@@ -108,3 +108,75 @@ fn relay_checks_a_client_hello_sent_in_single_bytes() {
     assert_closed(&mut s);
     assert_eq!(echo.received(), 0);
 }
+
+/// curl (OpenSSL) through the relay to a real TLS server; `--connect-to` makes curl open the
+/// tunnel to one name while its TLS session (SNI, certificate check, Host) is for another:
+/// domain fronting done by a real client.
+#[test]
+fn relay_stops_domain_fronting_by_a_real_tls_client() {
+    use crate::support::tls::TlsServer;
+    use std::process::Command;
+
+    let tls = TlsServer::start();
+    let p = tls.port;
+    let mut relay = Relay::builder()
+        .allow(&format!("name.test:{p}"))
+        .allow(&format!("127.0.0.1:{p}"))
+        .resolve("name.test=127.0.0.1")
+        .resolve("other.test=127.0.0.1")
+        .audit()
+        .start();
+    let proxy = format!("http://{}", relay.addr);
+    let curl = |args: &[&str]| {
+        Command::new("curl")
+            .args(["-sS", "-o", "/dev/null", "--noproxy", "", "--cacert"])
+            .arg(&tls.ca)
+            .args(args)
+            .output()
+            .expect("curl is installed")
+    };
+
+    // control: TLS to the name the tunnel was opened for works end to end
+    let ok = curl(&["-x", &proxy, &format!("https://name.test:{p}/")]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+
+    // control: without the relay, the fronted request succeeds (the certificate covers both)
+    let direct = curl(&[
+        "--resolve",
+        &format!("other.test:{p}:127.0.0.1"),
+        &format!("https://other.test:{p}/"),
+    ]);
+    assert!(
+        direct.status.success(),
+        "{}",
+        String::from_utf8_lossy(&direct.stderr)
+    );
+
+    // the probe: tunnel to name.test, TLS for other.test
+    let fronted = curl(&[
+        "-x",
+        &proxy,
+        "--connect-to",
+        &format!("other.test:{p}:name.test:{p}"),
+        &format!("https://other.test:{p}/"),
+    ]);
+    assert!(!fronted.status.success(), "the fronted request must fail");
+
+    let lines = relay.audit_lines();
+    let refused: Vec<_> = lines
+        .iter()
+        .filter(|l| l["reason"] == "sni_mismatch")
+        .collect();
+    assert_eq!(refused.len(), 1, "{lines:#?}");
+    assert_eq!(refused[0]["host"], "name.test");
+    assert!(
+        refused[0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("other.test")
+    );
+}

@@ -5,6 +5,7 @@
 pub mod hello;
 pub mod servers;
 pub mod tinyproxy;
+pub mod tls;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
