@@ -75,6 +75,8 @@ pub fn serve(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
+        // name lookups (getaddrinfo) block: a few threads for them, not one per burst request
+        .max_blocking_threads(8)
         .build()
         .map_err(ServeError::Runtime)?;
     let local = tokio::task::LocalSet::new();

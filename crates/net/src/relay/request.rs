@@ -193,6 +193,7 @@ pub(crate) fn forward_head(
 mod tests {
     use super::*;
     use crate::relay::head::parse;
+    use proptest::prelude::*;
 
     fn head(text: &str) -> Head {
         parse(text.as_bytes()).unwrap()
@@ -299,5 +300,23 @@ mod tests {
         );
         assert!(out.contains("Proxy-Authorization: Basic dTpw\r\n"));
         assert!(!out.contains("zzz"));
+    }
+
+    proptest! {
+        #[test]
+        fn interpreting_any_target_never_panics(
+            method in "CONNECT|GET|HEAD|POST",
+            target in "[!-~]{1,60}",
+            fields in proptest::collection::vec(("[A-Za-z-]{1,12}", "[ -~]{0,20}"), 0..5),
+        ) {
+            let head = Head { method, target, minor: 1, headers: fields };
+            if let Ok(Request::Http { host, port, path }) = interpret(&head) {
+                prop_assert!(path.starts_with('/'));
+                let out = forward_head(&head, &host, port, &path, None);
+                let text = String::from_utf8(out).unwrap();
+                // exactly one blank line, at the end: nothing smuggled
+                prop_assert_eq!(text.find("\r\n\r\n"), Some(text.len() - 4));
+            }
+        }
     }
 }
