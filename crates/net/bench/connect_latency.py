@@ -1,6 +1,7 @@
 """Per-CONNECT added latency: time N sequential (connect, CONNECT, 200, 1-byte echo, close)
-through the relay against N sequential (connect, 1-byte echo, close) straight to the echo
-server. Prints the best of 5 rounds of each, interleaved, and the difference per connection."""
+through the relay (to the IP, and to `localhost`, which the relay resolves) against N
+sequential (connect, 1-byte echo, close) straight to the echo server. Prints the best of 5
+rounds of each, interleaved, and the difference per connection."""
 import socket, sys, time
 
 relay, echo, n = int(sys.argv[1]), int(sys.argv[2]), 1000
@@ -11,8 +12,10 @@ def direct():
     s.sendall(b"x"); assert s.recv(1) == b"x"
     s.close()
 
-req = f"CONNECT 127.0.0.1:{echo} HTTP/1.1\r\nHost: 127.0.0.1:{echo}\r\n\r\n".encode()
-def via_relay():
+def request(host):
+    return f"CONNECT {host}:{echo} HTTP/1.1\r\nHost: {host}:{echo}\r\n\r\n".encode()
+
+def via_relay(req):
     s = socket.create_connection(("127.0.0.1", relay))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     s.sendall(req)
@@ -23,12 +26,17 @@ def via_relay():
     s.sendall(b"x"); assert s.recv(1) == b"x"
     s.close()
 
-best = {"direct": 1e9, "relay": 1e9}
+by_ip, by_name = request("127.0.0.1"), request("localhost")
+variants = (("direct", direct), ("relay", lambda: via_relay(by_ip)),
+            ("relay-name", lambda: via_relay(by_name)))
+best = {name: 1e9 for name, _ in variants}
 for _ in range(5):
-    for name, f in (("direct", direct), ("relay", via_relay)):
+    for name, f in variants:
         t = time.perf_counter()
         for _ in range(n):
             f()
         best[name] = min(best[name], (time.perf_counter() - t) / n)
-print(f"  direct {best['direct']*1e3:.3f} ms/conn  relay {best['relay']*1e3:.3f} ms/conn  "
-      f"added {(best['relay']-best['direct'])*1e3:.3f} ms per CONNECT")
+print(f"  direct {best['direct']*1e3:.3f} ms/conn; relay by IP {best['relay']*1e3:.3f} ms/conn, "
+      f"added {(best['relay']-best['direct'])*1e3:.3f} ms per CONNECT; relay by name (localhost, "
+      f"getaddrinfo) {best['relay-name']*1e3:.3f} ms/conn, added "
+      f"{(best['relay-name']-best['direct'])*1e3:.3f} ms")

@@ -22,16 +22,22 @@ ECHO=$(free_port)
 python3 "$here/echo_server.py" "$ECHO" & pids+=($!)
 RELAY=$(free_port)
 "$NESTBOX" relay --listen "127.0.0.1:$RELAY" --no-upstream --max-tunnels 2000 \
-  --allow "127.0.0.1:$HTTP" --allow "127.0.0.1:$ECHO" 2>"$WORK/relay.log" & pids+=($!)
+  --allow "127.0.0.1:$HTTP" --allow "127.0.0.1:$ECHO" --allow "localhost:$ECHO" \
+  2>"$WORK/relay.log" & pids+=($!)
 RELAY_PID=$!
 wait_port "$HTTP"; wait_port "$ECHO"; wait_port "$RELAY"
 
 echo "== 1. 100 MiB download, curl, 30 interleaved rounds (includes curl start-up, ~5 ms)"
 url="http://127.0.0.1:$HTTP/big.bin"
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$RELAY_PID/stat"; }
+ticks_before=$(cpu_ticks)
 python3 "$here/interleave.py" 30 $((100 * 1024 * 1024)) \
   "direct=curl -sS -o /dev/null --noproxy '' $url" \
   "relay-http=curl -sS -o /dev/null --noproxy '' -x http://127.0.0.1:$RELAY $url" \
   "relay-connect=curl -sS -o /dev/null --noproxy '' -p -x http://127.0.0.1:$RELAY $url"
+ticks=$(( $(cpu_ticks) - ticks_before ))
+hz=$(getconf CLK_TCK)
+echo "  relay CPU (user+system): $(( ticks * 1000 / hz )) ms for 60 x 100 MiB = $(( ticks * 1000 / hz / 60 )) ms per 100 MiB"
 
 echo "== 2. per-CONNECT cost (1,000 sequential set-ups + 1-byte echo, best of 5)"
 python3 "$here/connect_latency.py" "$RELAY" "$ECHO"
