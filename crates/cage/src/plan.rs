@@ -311,9 +311,12 @@ impl PreparedStep {
             });
         }
 
+        // In netns mode the namespace is the network boundary (only `lo` and the relay), so TCP
+        // inside it stays free: a test suite may run its own local servers.
+        let own_netns = matches!(req.network, Network::Netns { .. });
         let ruleset = if negotiated.abi > 0 {
             Some(
-                Ruleset::create(negotiated.abi)
+                Ruleset::create(negotiated.abi, !own_netns)
                     .map_err(|e| setup("creating the Landlock ruleset", e))?,
             )
         } else {
@@ -339,16 +342,15 @@ impl PreparedStep {
             }
         }
         let connect_ports = match &req.network {
-            Network::None => Vec::new(),
-            Network::Netns { port, .. } => vec![*port],
             Network::Ports { connect, .. } => connect.clone(),
+            _ => Vec::new(),
         };
         let netns = match &req.network {
             Network::Netns { port, .. } => Some(NetnsPlan::new(*port)),
-
             _ => None,
         };
-        let tcp_restricted = negotiated.abi >= 4;
+        let tcp_restricted = negotiated.abi >= 4 && !own_netns;
+
         if let Some(rs) = &ruleset
             && tcp_restricted
         {

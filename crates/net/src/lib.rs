@@ -56,7 +56,9 @@
 #![warn(missing_docs)]
 
 pub mod audit;
+pub mod cell;
 mod config;
+
 pub mod registry;
 mod relay;
 pub mod upstream;
