@@ -6,6 +6,11 @@ PACKAGES=(
   python3          # probes inside the cage (/usr/bin/python3 with ctypes)
   util-linux       # setpriv (the unprivileged runs), unshare (controls)
   git              # a real tool inside the cage
+  curl             # a real client through the relay
+  python3-pip      # pip download through the relay
+  tinyproxy        # the real upstream proxy the relay chains through
+  openssl          # TLS servers (openssl s_server) in the relay tests
+  ca-certificates  # TLS roots for the real registries
 )
 missing=()
 for p in "${PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -4,7 +4,7 @@
 
 pub mod hello;
 pub mod servers;
-pub mod tinyproxy;
+pub use nestbox_testkit::tinyproxy;
 pub mod tls;
 
 use std::io::{Read, Write};

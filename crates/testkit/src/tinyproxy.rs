@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A running tinyproxy, killed on drop.
 pub struct Tinyproxy {
     pub port: u16,
     child: Child,
