@@ -13,6 +13,7 @@ use nestbox_policy::{Access, Policy};
 use crate::cgroup::PidsCgroup;
 use crate::env::{self, EnvInputs};
 use crate::error::{CageError, setup};
+use crate::init::PidNsPlan;
 use crate::landlock::{self, Ruleset, fs as llfs, scope};
 use crate::netns::NetnsPlan;
 use crate::report::{
@@ -73,6 +74,8 @@ pub(crate) struct ChildPlan {
     pub user: Option<(u32, u32)>,
     pub cap_last: u32,
     pub netns: Option<NetnsPlan>,
+    /// The step's own PID namespace with a fresh /proc, when the kernel allows it.
+    pub pid_ns: Option<PidNsPlan>,
     /// NULL-terminated pointers into `argv` and `envp`, built by `seal` just before the fork.
     pub argv_ptrs: Vec<*const libc::c_char>,
     pub envp_ptrs: Vec<*const libc::c_char>,
@@ -83,7 +86,8 @@ pub struct PreparedStep {
     pub report: Report,
     pub timeout: Option<Duration>,
     pub(crate) child: ChildPlan,
-    pub(crate) dir: StepDir,
+    /// Moved into the running step (taken once).
+    pub(crate) dir: Option<StepDir>,
     pub(crate) cgroup: Option<PidsCgroup>,
 }
 
@@ -435,6 +439,7 @@ impl PreparedStep {
             }
         }
         let (rlimits, limit_report) = rlimits(&req.policy, cgroup.as_ref());
+        let pid_ns = crate::init::likely_available().then(PidNsPlan::new);
         let mut envp = Vec::with_capacity(env.len());
         for (k, v) in &env {
             let mut kv = k.clone().into_bytes();
@@ -503,6 +508,11 @@ impl PreparedStep {
                 },
                 Network::Netns { report, .. } | Network::Ports { report, .. } => report.clone(),
             },
+            processes: if pid_ns.is_some() {
+                "own PID namespace with a fresh /proc: the step sees only its own processes, and every one of them ends with the step".into()
+            } else {
+                "shared PID namespace (user namespaces unavailable): the step can see other processes' command lines in /proc".into()
+            },
             no_new_privs: true,
             capabilities: if privileged {
                 "all dropped: bounding, permitted, effective, inheritable and ambient sets cleared"
@@ -531,6 +541,7 @@ impl PreparedStep {
             user: req.user,
             cap_last: cap_last(),
             netns,
+            pid_ns,
             argv_ptrs: Vec::new(),
             envp_ptrs: Vec::new(),
         };
@@ -538,14 +549,14 @@ impl PreparedStep {
             report,
             timeout: req.policy.limits.timeout,
             child,
-            dir,
+            dir: Some(dir),
             cgroup,
         })
     }
 
     /// The step's private directory (holds `home/` and `tmp/`).
     pub fn step_dir(&self) -> &Path {
-        self.dir.root()
+        self.dir.as_ref().expect("not yet spawned").root()
     }
 }
 
