@@ -72,7 +72,6 @@ pub(crate) struct ChildPlan {
     pub filter: Option<Vec<seccomp::Insn>>,
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
     pub user: Option<(u32, u32)>,
-    pub cap_last: u32,
     pub netns: Option<NetnsPlan>,
     /// The step's own PID namespace with a fresh /proc, when the kernel allows it.
     pub pid_ns: Option<PidNsPlan>,
@@ -242,13 +241,6 @@ fn rlimits(
         report.push(LimitReport { name, value, note });
     }
     (out, report)
-}
-
-fn cap_last() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(63)
 }
 
 impl PreparedStep {
@@ -539,7 +531,6 @@ impl PreparedStep {
             filter,
             rlimits,
             user: req.user,
-            cap_last: cap_last(),
             netns,
             pid_ns,
             argv_ptrs: Vec::new(),

@@ -141,7 +141,7 @@ struct CapData {
 /// and securebits first (that needs CAP_SETPCAP, which a uid change would take away), then the
 /// remaining sets. A root launcher must succeed at each step; an unprivileged one holds no
 /// capability, and `no_new_privs` (set next) keeps exec from granting any.
-fn drop_bounding_set(plan: &ChildPlan, sync: RawFd, privileged: bool) {
+fn drop_bounding_set(sync: RawFd, privileged: bool) {
     // SAFETY: prctl with valid arguments; failures are handled below.
     unsafe {
         // Root stays root but its uid no longer implies capabilities, now or after exec.
@@ -154,10 +154,16 @@ fn drop_bounding_set(plan: &ChildPlan, sync: RawFd, privileged: bool) {
         if r < 0 && privileged {
             fail(sync, Stage::Capabilities, sys::errno());
         }
-        for cap in 0..=plan.cap_last {
+        // Up to the kernel's last capability: EINVAL past it.
+        for cap in 0..64 {
             let r = libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
-            if r < 0 && privileged && sys::errno() != libc::EINVAL {
-                fail(sync, Stage::Capabilities, sys::errno());
+            if r < 0 {
+                if sys::errno() == libc::EINVAL {
+                    break;
+                }
+                if privileged {
+                    fail(sync, Stage::Capabilities, sys::errno());
+                }
             }
         }
     }
@@ -250,7 +256,7 @@ pub(crate) unsafe fn step_main(
             );
         }
         let privileged = libc::geteuid() == 0;
-        drop_bounding_set(plan, sync, privileged);
+        drop_bounding_set(sync, privileged);
         if let Some((uid, gid)) = plan.user {
             or_fail(
                 libc::setgroups(0, std::ptr::null()) as libc::c_long,
