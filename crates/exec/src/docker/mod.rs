@@ -1,0 +1,21 @@
+//! stub
+use crate::Context;
+use crate::error::Result;
+/// stub
+pub struct DockerBackend;
+impl DockerBackend {
+    #[allow(unused)]
+    pub(crate) fn new(
+        _c: &crate::config::DockerConfig,
+        _ctx: Context,
+    ) -> Result<crate::local::LocalBackend> {
+        todo!()
+    }
+    #[allow(unused)]
+    pub(crate) async fn connect(
+        _c: &crate::config::DockerConfig,
+        _ctx: Context,
+    ) -> Result<crate::local::LocalBackend> {
+        todo!()
+    }
+}

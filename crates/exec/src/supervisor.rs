@@ -1,0 +1,350 @@
+//! The job supervisor: a POSIX `sh` program that runs *inside* the sandbox (in the container,
+//! on the SSH host, or on this machine around `nestbox run` and `apptainer`) and owns one
+//! command's life there. Running it inside is the point: a timeout or a kill is carried out
+//! next to the command, so it reaches the whole process tree even when the client, the
+//! connection or the engine's exec session is gone (the Hermes Agent bug where a timeout killed
+//! the `docker exec` client and the command kept running).
+//!
+//! A job is a directory (mode 700) holding:
+//!
+//! | file | written by | content |
+//! |---|---|---|
+//! | `out`, `err` | the command | its standard output and error (background and SSH jobs) |
+//! | `pgid` | supervisor | the command's process group (it starts under `setsid`) |
+//! | `supervisor` | starter | the supervisor's PID, to tell a running job from a lost one |
+//! | `started`, `finished` | supervisor | Unix seconds |
+//! | `status` | supervisor | the exit code, written last (atomically, by rename) |
+//! | `timedout`, `killed`, `notfound` | supervisor, kill | markers |
+//!
+//! **The process tree.** The command starts under `setsid`, so its process group is its own;
+//! and its environment carries `NESTBOX_JOB_ID=<job dir>`, which every descendant inherits.
+//! To signal the tree, the supervisor signals the group *and* every process whose environment
+//! holds the marker (`grep -z` over `/proc/*/environ`), which catches descendants that called
+//! `setsid` or double-forked away from the group. A process that scrubs its own environment
+//! *and* leaves the group escapes this; the container's PID namespace (Docker) and the cage's
+//! subreaper (local) still hold it, and the SSH backend says so in its docs.
+//!
+//! When the command's main process ends, whatever it left running is killed too (SIGTERM,
+//! up to a second, SIGKILL), as `nestbox run` does for a caged step: nothing outlives its job.
+//!
+//! The script sticks to what dash, bash and busybox `sh` share: `kill -SIG -PGID` (no `--`),
+//! `tail -c +N`, `head -c N`, `grep -lzxF`.
+
+/// The program. Entry: `nb_main VERB ARGS...`; see [`Verb`] for the verbs.
+pub const SCRIPT: &str = r#"
+nb_die() { echo "nestbox: $*" >&2; exit 125; }
+nb_size() { if [ -f "$1" ]; then echo $(($(wc -c < "$1"))); else echo 0; fi; }
+
+# PIDs of the processes whose environment carries this job's marker.
+nb_marked() {
+  grep -lzxF "NESTBOX_JOB_ID=$1" /proc/[0-9]*/environ 2>/dev/null | sed 's#^/proc/##; s#/environ$##'
+}
+nb_signal_tree() {
+  if [ -f "$1/pgid" ]; then kill -"$2" -"$(cat "$1/pgid")" 2>/dev/null; fi
+  for nb_p in $(nb_marked "$1"); do kill -"$2" "$nb_p" 2>/dev/null; done
+  return 0
+}
+nb_tree_alive() {
+  if [ -f "$1/pgid" ] && kill -0 -"$(cat "$1/pgid")" 2>/dev/null; then return 0; fi
+  [ -n "$(nb_marked "$1")" ]
+}
+# SIGTERM to the tree, up to GRACE seconds for it to go, then SIGKILL.
+nb_kill_tree() {
+  nb_signal_tree "$1" TERM
+  nb_n=0
+  while nb_tree_alive "$1" && [ "$nb_n" -lt $(($2 * 10)) ]; do sleep 0.1; nb_n=$((nb_n + 1)); done
+  if nb_tree_alive "$1"; then nb_signal_tree "$1" KILL; fi
+  return 0
+}
+
+# nb_begin DIR WORKDIR PROGRAM: the job directory, the working directory, the program check.
+nb_begin() {
+  mkdir -p "${1%/*}" 2>/dev/null
+  mkdir -m 700 "$1" 2>/dev/null || nb_die "cannot create the job directory $1"
+  if [ -n "$2" ]; then cd "$2" 2>/dev/null || nb_die "cannot enter the working directory $2"; fi
+  if ! command -v "$3" >/dev/null 2>&1; then
+    : > "$1/notfound"; date +%s > "$1/finished"; echo 127 > "$1/status"
+    echo "nestbox: command not found: $3" >&2
+    exit 127
+  fi
+}
+
+nb_watchdog() {
+  sleep "$2" & nb_s=$!
+  trap 'kill $nb_s 2>/dev/null; exit 0' TERM
+  wait $nb_s
+  [ -f "$1/status" ] && exit 0
+  : > "$1/timedout"
+  nb_kill_tree "$1" "$3"
+}
+
+# nb_supervise DIR TIMEOUT GRACE OUTPUT ARGV...: runs the command, enforces the timeout,
+# kills leftovers, records the status. OUTPUT is "files" (out/err in DIR) or "inherit".
+nb_supervise() {
+  nb_d=$1 nb_t=$2 nb_g=$3 nb_o=$4; shift 4
+  date +%s > "$nb_d/started"
+  nb_ss=; if command -v setsid >/dev/null 2>&1; then nb_ss=setsid; fi
+  if [ "$nb_o" = files ]; then
+    NESTBOX_JOB_ID=$nb_d $nb_ss "$@" </dev/null >"$nb_d/out" 2>"$nb_d/err" &
+  else
+    NESTBOX_JOB_ID=$nb_d $nb_ss "$@" </dev/null &
+  fi
+  nb_pid=$!
+  if [ -n "$nb_ss" ]; then echo "$nb_pid" > "$nb_d/pgid"; fi
+  [ -f "$nb_d/killed" ] && nb_kill_tree "$nb_d" "$nb_g"
+  nb_w=
+  if [ "$nb_t" != 0 ]; then
+    ( nb_watchdog "$nb_d" "$nb_t" "$nb_g" ) </dev/null >/dev/null 2>&1 &
+    nb_w=$!
+  fi
+  # A trapped signal interrupts wait; only the command's own end counts.
+  while :; do wait "$nb_pid"; nb_rc=$?; kill -0 "$nb_pid" 2>/dev/null || break; done
+  if [ -n "$nb_w" ]; then kill "$nb_w" 2>/dev/null; wait "$nb_w" 2>/dev/null; fi
+  if nb_tree_alive "$nb_d"; then nb_kill_tree "$nb_d" 1; fi
+  date +%s > "$nb_d/finished"
+  echo "$nb_rc" > "$nb_d/status.tmp" && mv -f "$nb_d/status.tmp" "$nb_d/status"
+  return "$nb_rc"
+}
+
+# The exit code a foreground run reports: 124 and a last line on stderr after a timeout (as
+# `nestbox run` does), the command's own code otherwise.
+nb_ended() {
+  if [ -f "$1/timedout" ]; then
+    echo "nestbox: timed out; the job's whole process tree was killed" >&2
+    return 124
+  fi
+  return "$2"
+}
+
+# One status line: nestbox-job STATE CODE OUT ERR STARTED FINISHED FLAGS...
+nb_poll() {
+  if [ ! -d "$1" ]; then echo "nestbox-job missing"; return 0; fi
+  if [ -f "$1/status" ]; then nb_st="finished $(cat "$1/status")"
+  elif [ -f "$1/supervisor" ] && ! kill -0 "$(cat "$1/supervisor")" 2>/dev/null && [ ! -f "$1/status" ]; then nb_st="lost -"
+  else nb_st="running -"; fi
+  nb_fl=
+  for nb_f in timedout killed notfound; do [ -f "$1/$nb_f" ] && nb_fl="$nb_fl $nb_f"; done
+  echo "nestbox-job $nb_st $(nb_size "$1/out") $(nb_size "$1/err") $(cat "$1/started" 2>/dev/null || echo -) $(cat "$1/finished" 2>/dev/null || echo -)$nb_fl"
+}
+
+# Copies what out and err gained since offsets $2 and $3 to stdout and stderr, until the job
+# has a status (or, with $4 = signal, until SIGTERM says the supervisor is done). Fails when
+# the reader went away, so the job directory is kept for a later re-attach.
+nb_pump() {
+  nb_po=$2 nb_pe=$3 nb_stop= nb_last= nb_iv=0.02
+  if [ "${4:-}" = signal ]; then trap 'nb_stop=1' TERM; fi
+  while :; do
+    if [ -n "$nb_stop" ] || { [ "${4:-}" != signal ] && [ -f "$1/status" ]; }; then nb_last=1; fi
+    nb_n=$(nb_size "$1/out")
+    if [ "$nb_n" -gt "$nb_po" ]; then
+      tail -c +$((nb_po + 1)) "$1/out" | head -c $((nb_n - nb_po)) || return 1
+      nb_po=$nb_n
+    fi
+    nb_n=$(nb_size "$1/err")
+    if [ "$nb_n" -gt "$nb_pe" ]; then
+      tail -c +$((nb_pe + 1)) "$1/err" | head -c $((nb_n - nb_pe)) >&2 || return 1
+      nb_pe=$nb_n
+    fi
+    [ -n "$nb_last" ] && return 0
+    if [ ! -d "$1" ]; then return 1; fi
+    sleep $nb_iv & nb_s=$!; wait $nb_s; kill $nb_s 2>/dev/null
+    nb_iv=0.1
+  done
+}
+
+nb_main() {
+  nb_verb=$1; shift
+  # A job directory given as a bare name lives in the default jobs directory.
+  case "${1:-}" in
+  /*) ;;
+  *) nb_d="${NESTBOX_JOBS_DIR:-${HOME:-/tmp}/.cache/nestbox/jobs}/${1:-}"; shift; set -- "$nb_d" "$@" ;;
+  esac
+  case "$nb_verb" in
+  run)      # DIR WORKDIR TIMEOUT GRACE ARGV...: foreground, output to the caller
+    nb_begin "$1" "$2" "$5"
+    nb_dir=$1 nb_to=$3 nb_gr=$4; shift 4
+    nb_supervise "$nb_dir" "$nb_to" "$nb_gr" inherit "$@"; nb_rc=$?
+    nb_ended "$nb_dir" "$nb_rc"; nb_rc=$?
+    rm -rf "$nb_dir"
+    exit "$nb_rc" ;;
+  run-files) # DIR WORKDIR TIMEOUT GRACE ARGV...: foreground through files, pumped to the caller
+    # A handler, not '': an ignored signal would stay ignored in the command too.
+    trap ':' HUP
+    nb_begin "$1" "$2" "$5"
+    nb_dir=$1 nb_to=$3 nb_gr=$4; shift 4
+    echo $$ > "$nb_dir/supervisor"
+    ( nb_pump "$nb_dir" 0 0 signal ) & nb_pp=$!
+    nb_supervise "$nb_dir" "$nb_to" "$nb_gr" files "$@"; nb_rc=$?
+    kill -TERM "$nb_pp" 2>/dev/null; wait "$nb_pp"; nb_prc=$?
+    nb_ended "$nb_dir" "$nb_rc"; nb_rc=$?
+    if [ "$nb_prc" = 0 ]; then rm -rf "$nb_dir"; fi
+    exit "$nb_rc" ;;
+  spawn)    # DIR WORKDIR TIMEOUT GRACE ARGV...: background; returns once the job runs
+    nb_begin "$1" "$2" "$5"
+    nb_dir=$1 nb_to=$3 nb_gr=$4; shift 4
+    ( trap ':' HUP; nb_supervise "$nb_dir" "$nb_to" "$nb_gr" files "$@" ) </dev/null >/dev/null 2>&1 &
+    echo $! > "$nb_dir/supervisor"
+    exit 0 ;;
+  poll)     # DIR
+    nb_poll "$1" ;;
+  read)     # DIR STREAM OFFSET MAX: the status line, then the bytes
+    nb_poll "$1"
+    if [ -f "$1/$2" ]; then tail -c +$(($3 + 1)) "$1/$2" | head -c "$4"; fi ;;
+  wait)     # DIR SECONDS: until the job is done or SECONDS pass, then its status line
+    nb_n=0
+    while [ -d "$1" ] && [ ! -f "$1/status" ] && [ "$nb_n" -lt $(($2 * 20)) ]; do
+      if [ -f "$1/supervisor" ] && ! kill -0 "$(cat "$1/supervisor")" 2>/dev/null; then break; fi
+      sleep 0.05; nb_n=$((nb_n + 1))
+    done
+    nb_poll "$1" ;;
+  attach)   # DIR OFFOUT OFFERR: pump from the offsets until done; exit with the job's code
+    [ -d "$1" ] || { echo "nestbox: no such job" >&2; exit 3; }
+    nb_pump "$1" "$2" "$3" || exit 255
+    nb_rc=$(cat "$1/status" 2>/dev/null)
+    nb_ended "$1" "${nb_rc:-125}"; exit $? ;;
+  kill)     # DIR GRACE
+    [ -d "$1" ] || { echo "nestbox-job missing"; exit 0; }
+    if [ ! -f "$1/status" ]; then
+      : > "$1/killed"
+      nb_kill_tree "$1" "$2"
+      nb_n=0
+      while [ ! -f "$1/status" ] && [ "$nb_n" -lt 50 ]; do
+        if [ -f "$1/supervisor" ] && ! kill -0 "$(cat "$1/supervisor")" 2>/dev/null; then break; fi
+        sleep 0.1; nb_n=$((nb_n + 1))
+      done
+    fi
+    nb_poll "$1" ;;
+  forget)   # DIR GRACE
+    if [ -d "$1" ] && [ ! -f "$1/status" ]; then : > "$1/killed"; nb_kill_tree "$1" "$2"; fi
+    rm -rf "$1" ;;
+  *) nb_die "unknown supervisor verb $nb_verb" ;;
+  esac
+}
+"#;
+
+/// The last line of standard error of a foreground run that timed out (exit code 124).
+pub const TIMEOUT_NOTICE: &str = "nestbox: timed out; the job's whole process tree was killed\n";
+
+/// Quotes `s` as one word for a POSIX shell: single quotes, with `'` written as `'\''`.
+pub fn shell_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        if c == '\'' {
+            out.push_str("'\\''");
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// The argument vector that runs the supervisor with `sh -c`, for transports that take an
+/// argument vector (a container exec, a local process): `sh -c SCRIPT nestbox VERB ARGS...`.
+pub fn sh_argv(verb: &str, args: &[String]) -> Vec<String> {
+    let mut argv = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        format!("{SCRIPT}\nnb_main \"$@\""),
+        "nestbox".to_string(),
+        verb.to_string(),
+    ];
+    argv.extend(args.iter().cloned());
+    argv
+}
+
+/// A whole program for `sh -s` on standard input (the SSH transport): the script, `export`
+/// lines for the environment (values travel in the program text, never on a command line),
+/// then the call. Everything is one `{ ...; }` block so the shell has read it all before any
+/// of it runs.
+pub fn stdin_program(verb: &str, args: &[String], env: &[(String, String)]) -> String {
+    let mut p = String::with_capacity(SCRIPT.len() + 256);
+    p.push_str("{\n");
+    p.push_str(SCRIPT);
+    for (name, value) in env {
+        p.push_str(&format!("export {name}={}\n", shell_quote(value)));
+    }
+    p.push_str("nb_main ");
+    p.push_str(&shell_quote(verb));
+    for a in args {
+        p.push(' ');
+        p.push_str(&shell_quote(a));
+    }
+    p.push_str("\n}\n");
+    p
+}
+
+/// Arguments of the `run`, `run-files` and `spawn` verbs.
+pub fn start_args(
+    dir: &str,
+    workdir: Option<&str>,
+    timeout_secs: u64,
+    grace_secs: u64,
+    argv: &[String],
+) -> Vec<String> {
+    let mut args = vec![
+        dir.to_string(),
+        workdir.unwrap_or("").to_string(),
+        timeout_secs.to_string(),
+        grace_secs.to_string(),
+    ];
+    args.extend(argv.iter().cloned());
+    args
+}
+
+/// The supervisor's timeout argument: whole seconds, rounded up, 0 for none.
+pub fn timeout_secs(timeout: Option<std::time::Duration>) -> u64 {
+    match timeout {
+        None => 0,
+        Some(d) => {
+            let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+            s.max(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_every_awkward_character() {
+        for s in ["", "a b", "it's", "$(id)", "`x`", "\\", "\n", "'''", "a\"b"] {
+            let out = std::process::Command::new("/bin/sh")
+                .arg("-c")
+                .arg(format!("printf %s {}", shell_quote(s)))
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8(out.stdout).unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn the_script_parses_in_dash_and_busybox() {
+        for sh in ["/bin/sh", "/bin/dash", "/bin/busybox"] {
+            if !std::path::Path::new(sh).exists() {
+                continue;
+            }
+            let mut cmd = std::process::Command::new(sh);
+            if sh.ends_with("busybox") {
+                cmd.arg("sh");
+            }
+            let out = cmd.arg("-n").arg("-c").arg(SCRIPT).output().unwrap();
+            assert!(
+                out.status.success(),
+                "{sh}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    #[test]
+    fn timeouts_round_up_to_whole_seconds() {
+        use std::time::Duration;
+        assert_eq!(timeout_secs(None), 0);
+        assert_eq!(timeout_secs(Some(Duration::from_millis(1))), 1);
+        assert_eq!(timeout_secs(Some(Duration::from_millis(1500))), 2);
+        assert_eq!(timeout_secs(Some(Duration::from_secs(3))), 3);
+    }
+}
