@@ -217,6 +217,13 @@ nb_main() {
   forget)   # DIR GRACE
     if [ -d "$1" ] && [ ! -f "$1/status" ]; then : > "$1/killed"; nb_kill_tree "$1" "$2"; fi
     rm -rf "$1" ;;
+  busy)     # BASE: prints "busy" when a background job under BASE still runs
+    for nb_j in "$1"/*; do
+      [ -d "$nb_j" ] || continue
+      if [ ! -f "$nb_j/status" ] && [ -f "$nb_j/supervisor" ] && kill -0 "$(cat "$nb_j/supervisor")" 2>/dev/null; then
+        echo busy; break
+      fi
+    done ;;
   *) nb_die "unknown supervisor verb $nb_verb" ;;
   esac
 }
