@@ -209,6 +209,11 @@ impl DockerBackend {
         })
     }
 
+    /// The name of the container commands run in, once prepared.
+    pub fn container_name(&self) -> Option<&str> {
+        self.prepared.as_ref().map(|p| p.name.as_str())
+    }
+
     fn prepared(&self) -> Result<&Prepared> {
         self.prepared.as_ref().ok_or_else(|| {
             ExecError::InvalidRequest(
