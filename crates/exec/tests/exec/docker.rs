@@ -470,7 +470,7 @@ pub async fn containers_are_reused_leased_and_reaped(engine: Engine) {
     let short_name = container_of(short.as_ref());
     assert_ne!(short_name, name);
     short.close().await.unwrap();
-    let mut next = open(&with_ttl(Duration::from_secs(600), false))
+    let next = open(&with_ttl(Duration::from_secs(600), false))
         .await
         .unwrap();
     let names = container_names(engine);

@@ -2,9 +2,7 @@
 
 use std::time::Duration;
 
-use nestbox_exec::{
-    Backend, BackendConfig, CommandSpec, ExecError, JobState, LocalConfig, Stream, open,
-};
+use nestbox_exec::{BackendConfig, CommandSpec, ExecError, JobState, LocalConfig, Stream, open};
 
 use crate::common::*;
 
