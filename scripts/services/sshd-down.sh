@@ -6,6 +6,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/common.sh"
 dir=$NESTBOX_SVC_RUN/sshd
 [ -d "$dir" ] || { rm -f "$NESTBOX_SVC_RUN/sshd.env"; say "sshd down (nothing to do)"; exit 0; }
+if pid_alive "$dir/sshd.pid"; then
+  # Established sessions live in the listener's children; end them with it, so the clients'
+  # shared connections close and the login user can be removed.
+  for child in $(ps -o pid= --ppid "$(cat "$dir/sshd.pid")"); do kill -TERM "$child" 2>/dev/null; done
+fi
 stop_pid_file "$dir/sshd.pid" 50
 if [ -f "$dir/created-user" ]; then
   user=$(cat "$dir/created-user")

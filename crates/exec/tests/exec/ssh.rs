@@ -68,7 +68,7 @@ fn ssh_config(
         known_hosts: Some(s.known_hosts),
         host_key_policy: HostKeyPolicy::Strict,
         control_dir: Some(control.path().to_path_buf()),
-        control_persist: Duration::from_secs(30),
+        control_persist: Duration::from_secs(3),
         ..SshConfig::default()
     };
     f(&mut c);
