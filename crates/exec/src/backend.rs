@@ -474,8 +474,8 @@ pub trait Backend: Send + Sync {
     /// Where a job stands, without waiting.
     fn poll<'a>(&'a self, job: &'a JobId) -> BoxFuture<'a, Result<JobStatus>>;
 
-    /// Reads up to `max` bytes of a job's stream from `offset` (tail a job by reading from the
-    /// previous `next_offset`).
+    /// Reads up to `max` bytes (at most [`MAX_READ`](crate::job::MAX_READ)) of a job's stream
+    /// from `offset`; tail a job by reading again from the previous `next_offset`.
     fn read<'a>(
         &'a self,
         job: &'a JobId,

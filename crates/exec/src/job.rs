@@ -15,6 +15,9 @@ use crate::backend::{
 use crate::error::{ExecError, Result};
 use crate::supervisor;
 
+/// The most bytes one [`read`](crate::Backend::read) returns; read again from `next_offset`.
+pub const MAX_READ: usize = 8 << 20;
+
 /// What one supervisor call returned.
 #[derive(Debug, Default)]
 pub(crate) struct CallOutput {
@@ -177,7 +180,7 @@ impl Jobs<'_> {
         self.status_or_missing(id, dir, &out)
     }
 
-    /// Up to `max` bytes of `stream` from `offset`.
+    /// Up to `max` bytes (at most [`MAX_READ`]) of `stream` from `offset`.
     pub async fn read(
         &self,
         id: &JobId,
@@ -190,7 +193,7 @@ impl Jobs<'_> {
             dir.into(),
             stream.file_name().into(),
             offset.to_string(),
-            max.to_string(),
+            max.min(MAX_READ).to_string(),
         ];
         let out = self.transport.call("read", args, &[]).await?;
         let split = out

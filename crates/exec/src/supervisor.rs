@@ -12,8 +12,8 @@
 //! | `out`, `err` | the command | its standard output and error (background and SSH jobs) |
 //! | `pgid` | supervisor | the command's process group (it starts under `setsid`) |
 //! | `supervisor` | starter | the supervisor's PID, to tell a running job from a lost one |
-//! | `started`, `finished` | supervisor | Unix seconds |
-//! | `status` | supervisor | the exit code, written last (atomically, by rename) |
+//! | `started`, `finished` | supervisor | Unix seconds (background jobs) |
+//! | `status` | supervisor | the exit code, written last (readers take an empty file for "not yet") |
 //! | `timedout`, `killed`, `notfound` | supervisor, kill | markers |
 //!
 //! **The process tree.** The command starts under `setsid`, so its process group is its own;
@@ -26,27 +26,39 @@
 //!
 //! When the command's main process ends, whatever it left running is killed too (SIGTERM,
 //! up to a second, SIGKILL), as `nestbox run` does for a caged step: nothing outlives its job.
+//! What is left in the command's process group dies before the status is written; what left
+//! the group is found by its marker right after, in the background, so that a trivial command
+//! does not wait for a scan of `/proc`.
 //!
 //! The script sticks to what dash, bash and busybox `sh` share: `kill -SIG -PGID` (no `--`),
-//! `tail -c +N`, `head -c N`, `grep -lzxF`.
+//! `tail -c +N`, `head -c N`, `grep -lszxF`. It forks as little as it can (the cost of a
+//! trivial command is mostly this script's): `read` instead of `cat`, one `grep` for the
+//! marker scan.
 
 /// The program. Entry: `nb_main VERB ARGS...`; see [`Verb`] for the verbs.
 pub const SCRIPT: &str = r#"
+# Few forks: a trivial command's cost is mostly this script's, so it leans on builtins
+# (read, test, kill, command -v) and forks only where POSIX sh has no builtin.
 nb_die() { echo "nestbox: $*" >&2; exit 125; }
-nb_size() { if [ -f "$1" ]; then echo $(($(wc -c < "$1"))); else echo 0; fi; }
+# nb_get VAR FILE: the first line of FILE (empty when missing), without a fork.
+nb_get() { eval "$1="; if [ -f "$2" ]; then IFS= read -r "$1" < "$2"; fi; return 0; }
+# nb_size FILE: its size in nb_sz.
+nb_size() { nb_sz=0; if [ -s "$1" ]; then nb_sz=$(wc -c < "$1"); nb_sz=$((nb_sz)); fi; }
 
-# PIDs of the processes whose environment carries this job's marker.
-nb_marked() {
-  grep -lzxF "NESTBOX_JOB_ID=$1" /proc/[0-9]*/environ 2>/dev/null | sed 's#^/proc/##; s#/environ$##'
-}
+# Processes whose environment carries this job's marker: one grep over /proc.
+nb_marked_alive() { LC_ALL=C grep -qszxF "NESTBOX_JOB_ID=$1" /proc/[0-9]*/environ; }
 nb_signal_tree() {
-  if [ -f "$1/pgid" ]; then kill -"$2" -"$(cat "$1/pgid")" 2>/dev/null; fi
-  for nb_p in $(nb_marked "$1"); do kill -"$2" "$nb_p" 2>/dev/null; done
+  nb_get nb_pg "$1/pgid"
+  if [ -n "$nb_pg" ]; then kill -"$2" -"$nb_pg" 2>/dev/null; fi
+  for nb_f in $(LC_ALL=C grep -lszxF "NESTBOX_JOB_ID=$1" /proc/[0-9]*/environ); do
+    nb_p=${nb_f#/proc/}; kill -"$2" "${nb_p%/environ}" 2>/dev/null
+  done
   return 0
 }
 nb_tree_alive() {
-  if [ -f "$1/pgid" ] && kill -0 -"$(cat "$1/pgid")" 2>/dev/null; then return 0; fi
-  [ -n "$(nb_marked "$1")" ]
+  nb_get nb_pg "$1/pgid"
+  if [ -n "$nb_pg" ] && kill -0 -"$nb_pg" 2>/dev/null; then return 0; fi
+  nb_marked_alive "$1"
 }
 # SIGTERM to the tree, up to GRACE seconds for it to go, then SIGKILL.
 nb_kill_tree() {
@@ -59,11 +71,11 @@ nb_kill_tree() {
 
 # nb_begin DIR WORKDIR PROGRAM: the job directory, the working directory, the program check.
 nb_begin() {
-  mkdir -p "${1%/*}" 2>/dev/null
+  [ -d "${1%/*}" ] || mkdir -p "${1%/*}" 2>/dev/null
   mkdir -m 700 "$1" 2>/dev/null || nb_die "cannot create the job directory $1"
   if [ -n "$2" ]; then cd "$2" 2>/dev/null || nb_die "cannot enter the working directory $2"; fi
   if ! command -v "$3" >/dev/null 2>&1; then
-    : > "$1/notfound"; date +%s > "$1/finished"; echo 127 > "$1/status"
+    : > "$1/notfound"; echo 127 > "$1/status"
     echo "nestbox: command not found: $3" >&2
     exit 127
   fi
@@ -73,38 +85,59 @@ nb_watchdog() {
   sleep "$2" & nb_s=$!
   trap 'kill $nb_s 2>/dev/null; exit 0' TERM
   wait $nb_s
-  [ -f "$1/status" ] && exit 0
+  [ -s "$1/status" ] && exit 0
   : > "$1/timedout"
   nb_kill_tree "$1" "$3"
 }
 
 # nb_supervise DIR TIMEOUT GRACE OUTPUT ARGV...: runs the command, enforces the timeout,
 # kills leftovers, records the status. OUTPUT is "files" (out/err in DIR) or "inherit".
+# Background jobs (nb_stamp set) also record when they started and finished.
 nb_supervise() {
   nb_d=$1 nb_t=$2 nb_g=$3 nb_o=$4; shift 4
-  date +%s > "$nb_d/started"
+  if [ -n "${nb_stamp:-}" ]; then date +%s > "$nb_d/started"; fi
   nb_ss=; if command -v setsid >/dev/null 2>&1; then nb_ss=setsid; fi
   if [ "$nb_o" = files ]; then
-    NESTBOX_JOB_ID=$nb_d $nb_ss "$@" </dev/null >"$nb_d/out" 2>"$nb_d/err" &
+    NESTBOX_JOB_ID=$nb_d $nb_ss "$@" </dev/null >"$nb_d/out" 2>"$nb_d/err" 3>&- &
   else
-    NESTBOX_JOB_ID=$nb_d $nb_ss "$@" </dev/null &
+    # fd 3 is the caller's stderr (see nb_quiet): the command writes there, while the
+    # shell's own job notices ("Terminated") go nowhere.
+    NESTBOX_JOB_ID=$nb_d $nb_ss "$@" </dev/null 2>&3 3>&- &
   fi
   nb_pid=$!
   if [ -n "$nb_ss" ]; then echo "$nb_pid" > "$nb_d/pgid"; fi
   [ -f "$nb_d/killed" ] && nb_kill_tree "$nb_d" "$nb_g"
   nb_w=
   if [ "$nb_t" != 0 ]; then
-    ( nb_watchdog "$nb_d" "$nb_t" "$nb_g" ) </dev/null >/dev/null 2>&1 &
+    ( nb_watchdog "$nb_d" "$nb_t" "$nb_g" ) </dev/null >/dev/null 2>&1 3>&- &
     nb_w=$!
   fi
   # A trapped signal interrupts wait; only the command's own end counts.
   while :; do wait "$nb_pid"; nb_rc=$?; kill -0 "$nb_pid" 2>/dev/null || break; done
   if [ -n "$nb_w" ]; then kill "$nb_w" 2>/dev/null; wait "$nb_w" 2>/dev/null; fi
-  if nb_tree_alive "$nb_d"; then nb_kill_tree "$nb_d" 1; fi
-  date +%s > "$nb_d/finished"
-  echo "$nb_rc" > "$nb_d/status.tmp" && mv -f "$nb_d/status.tmp" "$nb_d/status"
+  # Leftovers in the command's own group (background children: the common case) die before
+  # the status is written; those that left the group are found by their marker in nb_late.
+  nb_get nb_pg "$nb_d/pgid"
+  if [ -n "$nb_pg" ] && kill -0 -"$nb_pg" 2>/dev/null; then nb_kill_tree "$nb_d" 1; fi
+  if [ -n "${nb_stamp:-}" ]; then date +%s > "$nb_d/finished"; fi
+  # Readers take an empty status file for "not yet": one write, no rename needed.
+  echo "$nb_rc" > "$nb_d/status"
   return "$nb_rc"
 }
+
+# nb_late DIR [rm]: after the status is written, in the background so that a trivial command
+# does not wait for a scan of /proc: kills what still carries the job's marker, then removes
+# the job directory when asked.
+nb_late() {
+  ( if nb_marked_alive "$1"; then nb_kill_tree "$1" 1; fi
+    if [ "${2:-}" = rm ]; then rm -rf "$1"; fi ) </dev/null >/dev/null 2>&1 3>&- &
+}
+
+# The shell reports a killed background job on its stderr ("Terminated"); in the foreground
+# verbs that stderr is the caller's, so the shell's own goes to /dev/null and fd 3 keeps the
+# caller's for the command and for nestbox's notices.
+nb_quiet() { exec 3>&2 2>/dev/null; }
+nb_loud() { exec 2>&3 3>&-; }
 
 # The exit code a foreground run reports: 124 and a last line on stderr after a timeout (as
 # `nestbox run` does), the command's own code otherwise.
@@ -119,36 +152,38 @@ nb_ended() {
 # One status line: nestbox-job STATE CODE OUT ERR STARTED FINISHED FLAGS...
 nb_poll() {
   if [ ! -d "$1" ]; then echo "nestbox-job missing"; return 0; fi
-  if [ -f "$1/status" ]; then nb_st="finished $(cat "$1/status")"
-  elif [ -f "$1/supervisor" ] && ! kill -0 "$(cat "$1/supervisor")" 2>/dev/null && [ ! -f "$1/status" ]; then nb_st="lost -"
+  nb_get nb_c "$1/status"; nb_get nb_sv "$1/supervisor"
+  if [ -n "$nb_c" ]; then nb_st="finished $nb_c"
+  elif [ -n "$nb_sv" ] && ! kill -0 "$nb_sv" 2>/dev/null && [ ! -s "$1/status" ]; then nb_st="lost -"
   else nb_st="running -"; fi
   nb_fl=
   for nb_f in timedout killed notfound; do [ -f "$1/$nb_f" ] && nb_fl="$nb_fl $nb_f"; done
-  echo "nestbox-job $nb_st $(nb_size "$1/out") $(nb_size "$1/err") $(cat "$1/started" 2>/dev/null || echo -) $(cat "$1/finished" 2>/dev/null || echo -)$nb_fl"
+  nb_size "$1/out"; nb_o=$nb_sz; nb_size "$1/err"
+  nb_get nb_t0 "$1/started"; nb_get nb_t1 "$1/finished"
+  echo "nestbox-job $nb_st $nb_o $nb_sz ${nb_t0:--} ${nb_t1:--}$nb_fl"
 }
 
 # Copies what out and err gained since offsets $2 and $3 to stdout and stderr, until the job
 # has a status (or, with $4 = signal, until SIGTERM says the supervisor is done). Fails when
 # the reader went away, so the job directory is kept for a later re-attach.
 nb_pump() {
-  nb_po=$2 nb_pe=$3 nb_stop= nb_last= nb_iv=0.02
+  nb_po=$2 nb_pe=$3 nb_stop= nb_last=
   if [ "${4:-}" = signal ]; then trap 'nb_stop=1' TERM; fi
   while :; do
-    if [ -n "$nb_stop" ] || { [ "${4:-}" != signal ] && [ -f "$1/status" ]; }; then nb_last=1; fi
-    nb_n=$(nb_size "$1/out")
-    if [ "$nb_n" -gt "$nb_po" ]; then
-      tail -c +$((nb_po + 1)) "$1/out" | head -c $((nb_n - nb_po)) || return 1
-      nb_po=$nb_n
+    if [ -n "$nb_stop" ] || { [ "${4:-}" != signal ] && [ -s "$1/status" ]; }; then nb_last=1; fi
+    nb_size "$1/out"
+    if [ "$nb_sz" -gt "$nb_po" ]; then
+      tail -c +$((nb_po + 1)) "$1/out" | head -c $((nb_sz - nb_po)) || return 1
+      nb_po=$nb_sz
     fi
-    nb_n=$(nb_size "$1/err")
-    if [ "$nb_n" -gt "$nb_pe" ]; then
-      tail -c +$((nb_pe + 1)) "$1/err" | head -c $((nb_n - nb_pe)) >&2 || return 1
-      nb_pe=$nb_n
+    nb_size "$1/err"
+    if [ "$nb_sz" -gt "$nb_pe" ]; then
+      tail -c +$((nb_pe + 1)) "$1/err" | head -c $((nb_sz - nb_pe)) >&2 || return 1
+      nb_pe=$nb_sz
     fi
     [ -n "$nb_last" ] && return 0
     if [ ! -d "$1" ]; then return 1; fi
-    sleep $nb_iv & nb_s=$!; wait $nb_s; kill $nb_s 2>/dev/null
-    nb_iv=0.1
+    sleep 0.1 & nb_s=$!; wait $nb_s; kill $nb_s 2>/dev/null
   done
 }
 
@@ -163,9 +198,11 @@ nb_main() {
   run)      # DIR WORKDIR TIMEOUT GRACE ARGV...: foreground, output to the caller
     nb_begin "$1" "$2" "$5"
     nb_dir=$1 nb_to=$3 nb_gr=$4; shift 4
+    nb_quiet
     nb_supervise "$nb_dir" "$nb_to" "$nb_gr" inherit "$@"; nb_rc=$?
+    nb_loud
     nb_ended "$nb_dir" "$nb_rc"; nb_rc=$?
-    rm -rf "$nb_dir"
+    nb_late "$nb_dir" rm
     exit "$nb_rc" ;;
   run-files) # DIR WORKDIR TIMEOUT GRACE ARGV...: foreground through files, pumped to the caller
     # A handler, not '': an ignored signal would stay ignored in the command too.
@@ -174,53 +211,59 @@ nb_main() {
     nb_dir=$1 nb_to=$3 nb_gr=$4; shift 4
     echo $$ > "$nb_dir/supervisor"
     ( nb_pump "$nb_dir" 0 0 signal ) & nb_pp=$!
+    nb_quiet
     nb_supervise "$nb_dir" "$nb_to" "$nb_gr" files "$@"; nb_rc=$?
     kill -TERM "$nb_pp" 2>/dev/null; wait "$nb_pp"; nb_prc=$?
+    nb_loud
     nb_ended "$nb_dir" "$nb_rc"; nb_rc=$?
-    if [ "$nb_prc" = 0 ]; then rm -rf "$nb_dir"; fi
+    # Delivered whole: the directory can go. Otherwise it stays for a re-attach.
+    if [ "$nb_prc" = 0 ]; then nb_late "$nb_dir" rm; else nb_late "$nb_dir"; fi
     exit "$nb_rc" ;;
   spawn)    # DIR WORKDIR TIMEOUT GRACE ARGV...: background; returns once the job runs
     nb_begin "$1" "$2" "$5"
-    nb_dir=$1 nb_to=$3 nb_gr=$4; shift 4
-    ( trap ':' HUP; nb_supervise "$nb_dir" "$nb_to" "$nb_gr" files "$@" ) </dev/null >/dev/null 2>&1 &
+    nb_dir=$1 nb_to=$3 nb_gr=$4 nb_stamp=1; shift 4
+    ( trap ':' HUP; nb_supervise "$nb_dir" "$nb_to" "$nb_gr" files "$@"; nb_late "$nb_dir" ) </dev/null >/dev/null 2>&1 &
     echo $! > "$nb_dir/supervisor"
     exit 0 ;;
   poll)     # DIR
     nb_poll "$1" ;;
   read)     # DIR STREAM OFFSET MAX: the status line, then the bytes
     nb_poll "$1"
-    if [ -f "$1/$2" ]; then tail -c +$(($3 + 1)) "$1/$2" | head -c "$4"; fi ;;
+    if [ -s "$1/$2" ]; then tail -c +$(($3 + 1)) "$1/$2" | head -c "$4"; fi ;;
   wait)     # DIR SECONDS: until the job is done or SECONDS pass, then its status line
     nb_n=0
-    while [ -d "$1" ] && [ ! -f "$1/status" ] && [ "$nb_n" -lt $(($2 * 20)) ]; do
-      if [ -f "$1/supervisor" ] && ! kill -0 "$(cat "$1/supervisor")" 2>/dev/null; then break; fi
+    while [ -d "$1" ] && [ ! -s "$1/status" ] && [ "$nb_n" -lt $(($2 * 20)) ]; do
+      nb_get nb_sv "$1/supervisor"
+      if [ -n "$nb_sv" ] && ! kill -0 "$nb_sv" 2>/dev/null; then break; fi
       sleep 0.05; nb_n=$((nb_n + 1))
     done
     nb_poll "$1" ;;
   attach)   # DIR OFFOUT OFFERR: pump from the offsets until done; exit with the job's code
     [ -d "$1" ] || { echo "nestbox: no such job" >&2; exit 3; }
     nb_pump "$1" "$2" "$3" || exit 255
-    nb_rc=$(cat "$1/status" 2>/dev/null)
+    nb_get nb_rc "$1/status"
     nb_ended "$1" "${nb_rc:-125}"; exit $? ;;
   kill)     # DIR GRACE
     [ -d "$1" ] || { echo "nestbox-job missing"; exit 0; }
-    if [ ! -f "$1/status" ]; then
+    if [ ! -s "$1/status" ]; then
       : > "$1/killed"
       nb_kill_tree "$1" "$2"
       nb_n=0
-      while [ ! -f "$1/status" ] && [ "$nb_n" -lt 50 ]; do
-        if [ -f "$1/supervisor" ] && ! kill -0 "$(cat "$1/supervisor")" 2>/dev/null; then break; fi
+      while [ ! -s "$1/status" ] && [ "$nb_n" -lt 50 ]; do
+        nb_get nb_sv "$1/supervisor"
+        if [ -n "$nb_sv" ] && ! kill -0 "$nb_sv" 2>/dev/null; then break; fi
         sleep 0.1; nb_n=$((nb_n + 1))
       done
     fi
     nb_poll "$1" ;;
   forget)   # DIR GRACE
-    if [ -d "$1" ] && [ ! -f "$1/status" ]; then : > "$1/killed"; nb_kill_tree "$1" "$2"; fi
+    if [ -d "$1" ] && [ ! -s "$1/status" ]; then : > "$1/killed"; nb_kill_tree "$1" "$2"; fi
     rm -rf "$1" ;;
   busy)     # BASE: prints "busy" when a background job under BASE still runs
     for nb_j in "$1"/*; do
       [ -d "$nb_j" ] || continue
-      if [ ! -f "$nb_j/status" ] && [ -f "$nb_j/supervisor" ] && kill -0 "$(cat "$nb_j/supervisor")" 2>/dev/null; then
+      nb_get nb_sv "$nb_j/supervisor"
+      if [ ! -s "$nb_j/status" ] && [ -n "$nb_sv" ] && kill -0 "$nb_sv" 2>/dev/null; then
         echo busy; break
       fi
     done ;;

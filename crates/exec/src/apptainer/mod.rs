@@ -262,8 +262,10 @@ impl ApptainerBackend {
                 c.env(keep, v);
             }
         }
-        c.env("APPTAINER_TMPDIR", self.scratch.join("tmp"));
-        c.env("APPTAINER_CACHEDIR", self.scratch.join("cache"));
+        for prefix in ["APPTAINER", "SINGULARITY"] {
+            c.env(format!("{prefix}_TMPDIR"), self.scratch.join("tmp"));
+            c.env(format!("{prefix}_CACHEDIR"), self.scratch.join("cache"));
+        }
     }
 
     fn job_dir(&self, id: &JobId) -> PathBuf {

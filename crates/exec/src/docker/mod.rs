@@ -38,7 +38,9 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountTmpfsOptions, MountType};
+use bollard::models::{
+    ContainerCreateBody, ContainerInspectResponse, HostConfig, Mount, MountTmpfsOptions, MountType,
+};
 use bollard::query_parameters::{
     CreateContainerOptions, ListContainersOptions, RemoveContainerOptions,
 };
@@ -378,13 +380,18 @@ impl DockerBackend {
         Ok(list)
     }
 
-    /// Removes this realm's orphans: see the module documentation and [`lease`].
+    /// Removes this realm's orphans: see the module documentation and [`lease`]. Returns
+    /// the names of the containers removed.
     pub async fn reap_orphans(&self) -> Result<Vec<String>> {
         let list = self.list(None, false).await?;
+        Ok(self.reap_from(&list).await)
+    }
+
+    async fn reap_from(&self, list: &[bollard::models::ContainerSummary]) -> Vec<String> {
         let mut live = Vec::new();
         let mut reaped = Vec::new();
         for c in list {
-            let (Some(id), Some(name)) = (c.id.clone(), summary_name(&c)) else {
+            let (Some(id), Some(name)) = (c.id.clone(), summary_name(c)) else {
                 continue;
             };
             live.push(name.clone());
@@ -406,7 +413,7 @@ impl DockerBackend {
             reaped.push(name);
         }
         lease::remove_stale(&self.lease_dir, &live);
-        Ok(reaped)
+        reaped
     }
 
     async fn runs_jobs(&self, container: &str) -> bool {
@@ -429,9 +436,25 @@ impl DockerBackend {
         }
     }
 
-    async fn find_reusable(&self, key: &str) -> Result<Option<(String, String, Lease)>> {
-        for c in self.list(Some(key), true).await? {
-            let (Some(id), Some(name)) = (c.id.clone(), summary_name(&c)) else {
+    /// A running container of this key from `list` that we can join (shared lease taken).
+    async fn find_reusable(
+        &self,
+        key: &str,
+        list: &[bollard::models::ContainerSummary],
+    ) -> Option<(String, String, Lease, ContainerInspectResponse)> {
+        for c in list {
+            let has_key = c
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_KEY))
+                .is_some_and(|k| k == key);
+            let running = matches!(
+                c.state,
+                Some(bollard::models::ContainerSummaryStateEnum::RUNNING)
+            );
+            let (Some(id), Some(name), true, true) =
+                (c.id.clone(), summary_name(c), has_key, running)
+            else {
                 continue;
             };
             let Some(lease) = Lease::join(&self.lease_dir, &name, self.config.idle_ttl) else {
@@ -440,12 +463,12 @@ impl DockerBackend {
             // Under our shared lock nobody can reap it; make sure nobody already did.
             match self.docker.inspect_container(&id, None).await {
                 Ok(i) if i.state.as_ref().and_then(|s| s.running) == Some(true) => {
-                    return Ok(Some((id, name, lease)));
+                    return Some((id, name, lease, i));
                 }
                 _ => continue,
             }
         }
-        Ok(None)
+        None
     }
 
     async fn prepare_inner(&mut self) -> Result<()> {
@@ -482,10 +505,13 @@ impl DockerBackend {
             &user,
             &workdir,
         );
-        // Orphans go first; a failure to reap must not stop the work at hand.
-        let _ = self.reap_orphans().await;
+        // One listing serves the reaper and the search for a warm container. Orphans go
+        // first; a failure to reap must not stop the work at hand.
+        let mut list = self.list(None, false).await?;
+        let reaped = self.reap_from(&list).await;
+        list.retain(|c| summary_name(c).is_none_or(|n| !reaped.contains(&n)));
 
-        let (container, name, lease) = if self.config.reuse {
+        let (container, name, lease, inspected) = if self.config.reuse {
             std::fs::create_dir_all(&self.lease_dir)
                 .map_err(|e| ExecError::io(format!("creating {}", self.lease_dir.display()), e))?;
             // One creator per key at a time, so concurrent first calls share one container.
@@ -498,21 +524,35 @@ impl DockerBackend {
                 .map_err(|e| ExecError::io(format!("opening {}", lock_path.display()), e))?;
             // SAFETY: flock(2) on a descriptor we own; released when `lock` is dropped.
             unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
-            let found = self.find_reusable(&key).await?;
+            let found = match self.find_reusable(&key, &list).await {
+                Some(f) => Some(f),
+                // Another process may have created one while we waited for the lock.
+                None => {
+                    let fresh = self.list(Some(&key), true).await?;
+                    self.find_reusable(&key, &fresh).await
+                }
+            };
             let result = match found {
-                Some(f) => f,
-                None => self.create_container(&user, &workdir, &key).await?,
+                Some((id, name, lease, inspect)) => (id, name, lease, Some(inspect)),
+                None => {
+                    let (id, name, lease) = self.create_container(&user, &workdir, &key).await?;
+                    (id, name, lease, None)
+                }
             };
             drop(lock);
             result
         } else {
-            self.create_container(&user, &workdir, &key).await?
+            let (id, name, lease) = self.create_container(&user, &workdir, &key).await?;
+            (id, name, lease, None)
         };
-        let inspect = self
-            .docker
-            .inspect_container(&container, None)
-            .await
-            .map_err(|e| engine_error("inspect the container", e))?;
+        let inspect = match inspected {
+            Some(i) => i,
+            None => self
+                .docker
+                .inspect_container(&container, None)
+                .await
+                .map_err(|e| engine_error("inspect the container", e))?,
+        };
         let exposure = exposure::host_exposure(&self.docker, &inspect).await;
         self.descriptor.host_exposure = exposure;
         self.descriptor.target = format!(

@@ -269,7 +269,7 @@ impl Connection {
             .args(&self.options)
             .args(["-o", "ControlMaster=no", "-T", "--"])
             .arg(&self.destination)
-            .arg("sh -s")
+            .arg("exec sh -s")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

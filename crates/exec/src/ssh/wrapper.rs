@@ -168,7 +168,11 @@ pub(crate) async fn run_foreground(
                     deadline_hit,
                 };
             }
-            None => return Err(lost("start the command")),
+            None => {
+                return Err(lost(
+                    "finish the command: the connection dropped and its job directory is gone, so it either never started or ended while the link was down (its last output may be missing)",
+                ));
+            }
             Some(s) => {
                 if let JobState::Finished {
                     exit_code,

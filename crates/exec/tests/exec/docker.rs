@@ -150,6 +150,11 @@ pub async fn timeout_kills_the_whole_tree_inside_the_container(engine: Engine) {
     assert!(r.timed_out, "{r:?}");
     assert_eq!(r.exit_code, Some(124));
     assert_eq!(r.stdout.text(), "started\n");
+    assert_eq!(
+        r.stderr.text(),
+        nestbox_exec::supervisor::TIMEOUT_NOTICE,
+        "only the notice: no shell job chatter"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(6),
         "took {:?}",
@@ -163,6 +168,36 @@ pub async fn timeout_kills_the_whole_tree_inside_the_container(engine: Engine) {
         );
     }
     assert!(wait_until_gone(&format!("sleep {n}"), Duration::from_secs(2)).is_empty());
+    backend.close().await.unwrap();
+}
+
+pub async fn what_a_finished_command_leaves_running_is_killed(engine: Engine) {
+    let (config, _s) = docker_config(engine, |_| {});
+    let mut backend = open(&config).await.unwrap();
+    let n = unique_seconds();
+    let script = format!("sleep {n} & setsid sleep {} & echo done", n + 1);
+    let r = backend
+        .run(&CommandSpec::new(["sh", "-c", &script]))
+        .await
+        .unwrap();
+    assert_eq!((r.exit_code, r.stdout.text().as_str()), (Some(0), "done\n"));
+    let mut inside = String::new();
+    for _ in 0..30 {
+        inside = ps_inside(backend.as_ref()).await;
+        if !inside.contains(&format!("sleep {n}")) && !inside.contains(&format!("sleep {}", n + 1))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !inside.contains(&format!("sleep {n}")),
+        "group leftover:\n{inside}"
+    );
+    assert!(
+        !inside.contains(&format!("sleep {}", n + 1)),
+        "setsid leftover:\n{inside}"
+    );
     backend.close().await.unwrap();
 }
 
@@ -313,15 +348,20 @@ pub async fn large_output_is_bounded_and_spilled_whole(engine: Engine) {
         .run(&CommandSpec::new([
             "sh",
             "-c",
-            "head -c 5000000 /dev/zero | tr '\\0' y; echo END >&2",
+            "head -c 50000000 /dev/zero | tr '\\0' y; echo END >&2",
         ]))
         .await
         .unwrap();
     assert_eq!(r.exit_code, Some(0));
-    assert_eq!(r.stdout.total_bytes, 5_000_000);
+    assert_eq!(r.stdout.total_bytes, 50_000_000);
     assert!(r.stdout.truncated);
+    assert!(
+        r.stdout.head.len() + r.stdout.tail.len() <= 64 * 1024,
+        "memory stays bounded"
+    );
     let path = r.stdout.full_output.clone().unwrap();
-    assert_eq!(std::fs::metadata(path).unwrap().len(), 5_000_000);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 50_000_000);
+    std::fs::remove_file(path).unwrap();
     assert_eq!(r.stderr.text(), "END\n");
     backend.close().await.unwrap();
 }
@@ -560,6 +600,10 @@ macro_rules! engine_tests {
             #[tokio::test]
             async fn background_job_polls_tails_waits_and_is_killed_with_its_tree() {
                 super::background_job_polls_tails_waits_and_is_killed_with_its_tree($engine).await
+            }
+            #[tokio::test]
+            async fn what_a_finished_command_leaves_running_is_killed() {
+                super::what_a_finished_command_leaves_running_is_killed($engine).await
             }
             #[tokio::test]
             async fn bad_input_gives_typed_errors() {

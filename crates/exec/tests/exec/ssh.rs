@@ -179,6 +179,24 @@ async fn ssh_timeout_kills_the_remote_tree() {
     assert!(r.timed_out, "{r:?}");
     assert_eq!(r.exit_code, Some(124));
     assert_eq!(r.stdout.text(), "started\n");
+    assert_eq!(r.stderr.text(), nestbox_exec::supervisor::TIMEOUT_NOTICE);
+    for k in 0..2 {
+        let left = wait_until_gone(&format!("sleep {}", n + k), Duration::from_secs(3));
+        assert!(left.is_empty(), "left on the remote host: {left:?}");
+    }
+}
+
+#[tokio::test]
+async fn ssh_kills_what_a_finished_command_left_running() {
+    let (config, _s, _c) = ssh_config(|_| {});
+    let backend = open(&config).await.unwrap();
+    let n = unique_seconds();
+    let script = format!("sleep {n} & setsid sleep {} & echo done", n + 1);
+    let r = backend
+        .run(&CommandSpec::new(["sh", "-c", &script]))
+        .await
+        .unwrap();
+    assert_eq!(r.stdout.text(), "done\n");
     for k in 0..2 {
         let left = wait_until_gone(&format!("sleep {}", n + k), Duration::from_secs(3));
         assert!(left.is_empty(), "left on the remote host: {left:?}");
