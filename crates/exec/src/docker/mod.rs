@@ -127,6 +127,56 @@ fn socket_path(config: &DockerConfig) -> Result<String> {
     })
 }
 
+/// Connects and settles the API version. The first connection to an engine negotiates it
+/// (`GET /version`: dockerd 20.10 refuses anything above 1.41); the result is remembered per
+/// socket until the socket file changes (the engine restarted), because Podman takes about
+/// 200 ms to answer `/version` and a command line pays that on every call otherwise.
+async fn connect_negotiated(socket: &str, cache_dir: &std::path::Path) -> Result<Docker> {
+    use std::os::unix::fs::MetadataExt;
+    let unavailable = |e: bollard::errors::Error| ExecError::Unavailable {
+        backend: BackendKind::Docker,
+        reason: format!("the engine at {socket} does not answer: {e}"),
+        hint: None,
+    };
+    let stamp = std::fs::metadata(socket)
+        .map(|m| {
+            format!(
+                "{}:{}:{}",
+                m.dev(),
+                m.ino(),
+                m.mtime_nsec() + m.mtime() * 1_000_000_000
+            )
+        })
+        .unwrap_or_default();
+    let cache = cache_dir.join(fnv64(&[socket]));
+    let remembered = std::fs::read_to_string(&cache).ok().and_then(|text| {
+        let (at, version) = text.trim().split_once(' ')?;
+        let (major, minor) = version.split_once('.')?;
+        (at == stamp).then_some(bollard::ClientVersion {
+            major_version: major.parse().ok()?,
+            minor_version: minor.parse().ok()?,
+        })
+    });
+    if let Some(version) = remembered {
+        let docker = Docker::connect_with_unix(socket, 120, &version).map_err(unavailable)?;
+        // A cheap check that the engine is there at all (the socket may be stale).
+        docker.ping().await.map_err(unavailable)?;
+        return Ok(docker);
+    }
+    let docker = Docker::connect_with_unix(socket, 120, bollard::API_DEFAULT_VERSION)
+        .map_err(unavailable)?
+        .negotiate_version()
+        .await
+        .map_err(unavailable)?;
+    let v = docker.client_version();
+    let _ = std::fs::create_dir_all(cache_dir);
+    let _ = std::fs::write(
+        &cache,
+        format!("{stamp} {}.{}\n", v.major_version, v.minor_version),
+    );
+    Ok(docker)
+}
+
 fn is_not_found(e: &bollard::errors::Error) -> bool {
     matches!(
         e,
@@ -171,16 +221,7 @@ impl DockerBackend {
                 ),
             });
         }
-        let unavailable = |e: bollard::errors::Error| ExecError::Unavailable {
-            backend: BackendKind::Docker,
-            reason: format!("the engine at {socket} does not answer: {e}"),
-            hint: None,
-        };
-        let docker = Docker::connect_with_unix(&socket, 120, bollard::API_DEFAULT_VERSION)
-            .map_err(unavailable)?
-            .negotiate_version()
-            .await
-            .map_err(unavailable)?;
+        let docker = connect_negotiated(&socket, &ctx.state_dir.join("docker-api")).await?;
         let lease_dir = ctx.state_dir.join("docker-leases");
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         // SAFETY: geteuid has no failure mode.
