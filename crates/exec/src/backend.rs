@@ -90,7 +90,7 @@ pub enum Isolation {
 /// Where the command's files come from: which host paths it can see, computed from the
 /// *final* specification (for Docker: the created container, its mounts and the volumes
 /// behind them), not from what the configuration meant.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostExposure {
     /// True when any host path is reachable from inside.
     pub exposed: bool,
@@ -101,7 +101,7 @@ pub struct HostExposure {
 }
 
 /// One host path reachable from inside the sandbox.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExposedPath {
     /// The path on the host.
     pub host: String,
@@ -114,7 +114,7 @@ pub struct ExposedPath {
 }
 
 /// How a host path became reachable.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum ExposureSource {
     /// A `host:container` bind in the container's `Binds`.

@@ -58,6 +58,18 @@ fn flock(file: &File, op: i32) -> bool {
     unsafe { libc::flock(file.as_raw_fd(), op) == 0 }
 }
 
+/// A file kept beside a container's lease (removed with it), e.g. its computed exposure.
+pub fn side_file(dir: &Path, name: &str, suffix: &str) -> PathBuf {
+    dir.join(format!("{name}.{suffix}"))
+}
+
+fn remove_with_side_files(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    if let Some(stem) = path.to_str().and_then(|p| p.strip_suffix(".lease")) {
+        let _ = std::fs::remove_file(format!("{stem}.exposure.json"));
+    }
+}
+
 /// The lease file of container `name` in `dir`.
 pub fn lease_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.lease"))
@@ -150,7 +162,7 @@ impl Lease {
 
     /// Deletes the lease file (the container is being removed by its owner).
     pub fn remove(self) {
-        let _ = std::fs::remove_file(&self.path);
+        remove_with_side_files(&self.path);
     }
 }
 
@@ -184,7 +196,7 @@ impl ReapHold {
 
     /// Deletes the lease file (after the container was removed), still under the lock.
     pub fn remove(self) {
-        let _ = std::fs::remove_file(&self.path);
+        remove_with_side_files(&self.path);
     }
 }
 
@@ -234,7 +246,7 @@ pub fn remove_stale(dir: &Path, live: &[String]) {
         if let Ok(file) = open_lease_file(&entry.path(), false)
             && flock(&file, libc::LOCK_EX | libc::LOCK_NB)
         {
-            let _ = std::fs::remove_file(entry.path());
+            remove_with_side_files(&entry.path());
         }
     }
 }

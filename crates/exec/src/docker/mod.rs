@@ -38,9 +38,7 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use bollard::Docker;
-use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, HostConfig, Mount, MountTmpfsOptions, MountType,
-};
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountTmpfsOptions, MountType};
 use bollard::query_parameters::{
     CreateContainerOptions, ListContainersOptions, RemoveContainerOptions,
 };
@@ -158,10 +156,9 @@ async fn connect_negotiated(socket: &str, cache_dir: &std::path::Path) -> Result
         })
     });
     if let Some(version) = remembered {
-        let docker = Docker::connect_with_unix(socket, 120, &version).map_err(unavailable)?;
-        // A cheap check that the engine is there at all (the socket may be stale).
-        docker.ping().await.map_err(unavailable)?;
-        return Ok(docker);
+        // No round trip here: the first request (the image inspect) finds a dead engine and
+        // prepare reports it as unavailable.
+        return Docker::connect_with_unix(socket, 120, &version).map_err(unavailable);
     }
     let docker = Docker::connect_with_unix(socket, 120, bollard::API_DEFAULT_VERSION)
         .map_err(unavailable)?
@@ -477,13 +474,14 @@ impl DockerBackend {
         }
     }
 
-    /// A running container of this key from `list` that we can join (shared lease taken).
-    async fn find_reusable(
+    /// A running container of this key from `list` that we can join (shared lease taken;
+    /// under it, nobody in this realm can reap the container).
+    fn find_reusable(
         &self,
         key: &str,
         list: &[bollard::models::ContainerSummary],
-    ) -> Option<(String, String, Lease, ContainerInspectResponse)> {
-        for c in list {
+    ) -> Option<(String, String, Lease)> {
+        list.iter().find_map(|c| {
             let has_key = c
                 .labels
                 .as_ref()
@@ -496,20 +494,37 @@ impl DockerBackend {
             let (Some(id), Some(name), true, true) =
                 (c.id.clone(), summary_name(c), has_key, running)
             else {
-                continue;
+                return None;
             };
-            let Some(lease) = Lease::join(&self.lease_dir, &name, self.config.idle_ttl) else {
-                continue;
-            };
-            // Under our shared lock nobody can reap it; make sure nobody already did.
-            match self.docker.inspect_container(&id, None).await {
-                Ok(i) if i.state.as_ref().and_then(|s| s.running) == Some(true) => {
-                    return Some((id, name, lease, i));
-                }
-                _ => continue,
-            }
+            let lease = Lease::join(&self.lease_dir, &name, self.config.idle_ttl)?;
+            Some((id, name, lease))
+        })
+    }
+
+    /// The host exposure of a container: computed once from its inspect (and its volumes'),
+    /// then kept beside its lease, since neither a container's mounts nor a volume's options
+    /// can change after creation.
+    async fn exposure_of(&self, container: &str, name: &str) -> Result<HostExposure> {
+        let cached = lease::side_file(&self.lease_dir, name, "exposure.json");
+        if let Some(e) = std::fs::read_to_string(&cached)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+        {
+            return Ok(e);
         }
-        None
+        let inspect = self
+            .docker
+            .inspect_container(container, None)
+            .await
+            .map_err(|e| engine_error("inspect the container", e))?;
+        let exposure = exposure::host_exposure(&self.docker, &inspect).await;
+        if exposure.notes.is_empty() {
+            let _ = std::fs::write(
+                &cached,
+                serde_json::to_string(&exposure).unwrap_or_default(),
+            );
+        }
+        Ok(exposure)
     }
 
     async fn prepare_inner(&mut self) -> Result<()> {
@@ -531,7 +546,16 @@ impl DockerBackend {
                     engine: self.socket.clone(),
                 });
             }
-            Err(e) => return Err(engine_error("inspect the image", e)),
+            Err(e @ bollard::errors::Error::DockerResponseServerError { .. }) => {
+                return Err(engine_error("inspect the image", e));
+            }
+            Err(e) => {
+                return Err(ExecError::Unavailable {
+                    backend: BackendKind::Docker,
+                    reason: format!("the engine at {} does not answer: {e}", self.socket),
+                    hint: None,
+                });
+            }
         };
         let image_config = image.config.clone().unwrap_or_default();
         let user = choose_user(self.config.user.as_deref(), image_config.user.as_deref());
@@ -552,7 +576,7 @@ impl DockerBackend {
         let reaped = self.reap_from(&list).await;
         list.retain(|c| summary_name(c).is_none_or(|n| !reaped.contains(&n)));
 
-        let (container, name, lease, inspected) = if self.config.reuse {
+        let (container, name, lease) = if self.config.reuse {
             std::fs::create_dir_all(&self.lease_dir)
                 .map_err(|e| ExecError::io(format!("creating {}", self.lease_dir.display()), e))?;
             // One creator per key at a time, so concurrent first calls share one container.
@@ -565,37 +589,24 @@ impl DockerBackend {
                 .map_err(|e| ExecError::io(format!("opening {}", lock_path.display()), e))?;
             // SAFETY: flock(2) on a descriptor we own; released when `lock` is dropped.
             unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
-            let found = match self.find_reusable(&key, &list).await {
+            let found = match self.find_reusable(&key, &list) {
                 Some(f) => Some(f),
                 // Another process may have created one while we waited for the lock.
                 None => {
                     let fresh = self.list(Some(&key), true).await?;
-                    self.find_reusable(&key, &fresh).await
+                    self.find_reusable(&key, &fresh)
                 }
             };
             let result = match found {
-                Some((id, name, lease, inspect)) => (id, name, lease, Some(inspect)),
-                None => {
-                    let (id, name, lease) = self.create_container(&user, &workdir, &key).await?;
-                    (id, name, lease, None)
-                }
+                Some(f) => f,
+                None => self.create_container(&user, &workdir, &key).await?,
             };
             drop(lock);
             result
         } else {
-            let (id, name, lease) = self.create_container(&user, &workdir, &key).await?;
-            (id, name, lease, None)
+            self.create_container(&user, &workdir, &key).await?
         };
-        let inspect = match inspected {
-            Some(i) => i,
-            None => self
-                .docker
-                .inspect_container(&container, None)
-                .await
-                .map_err(|e| engine_error("inspect the container", e))?,
-        };
-        let exposure = exposure::host_exposure(&self.docker, &inspect).await;
-        self.descriptor.host_exposure = exposure;
+        self.descriptor.host_exposure = self.exposure_of(&container, &name).await?;
         self.descriptor.target = format!(
             "container {name} ({}) via {}",
             self.config.image, self.socket
