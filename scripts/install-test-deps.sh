@@ -16,7 +16,11 @@ PACKAGES=(
   busybox-static   # the localhost/busybox image, built without a registry
   openssh-server   # the private sshd on 127.0.0.1
   openssh-client   # ssh with ControlMaster
-  curl             # the service scripts talk to the engines' sockets
+  curl             # a real client through the relay; the service scripts talk to the engines' sockets
+  python3-pip      # pip download through the relay
+  tinyproxy        # the real upstream proxy the relay chains through
+  openssl          # TLS servers (openssl s_server) in the relay tests
+  ca-certificates  # TLS roots for the real registries
 )
 missing=()
 for p in "${PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -6,20 +6,21 @@
 //! The helper is told which processes to watch (pidfds) and exits when they do: it needs no
 //! parent.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::RawFd;
 
 use crate::sys;
 
-/// Starts `program` with `argv` and the environment `envp`, with each `(fd, target)` of
-/// `fds` open at `target` in the new process and nothing else open but 0, 1, 2 on /dev/null.
-/// Targets must be 3, 4, 5... in order. Returns once the intermediate process has exited.
+/// Starts `program` with `argv` and the environment `envp`, with `fds[i]` open as descriptor
+/// `3 + i` in the new process, stdin and stdout on /dev/null, stderr on `stderr` (or
+/// /dev/null), and nothing else open. Returns once the intermediate process has exited.
 pub fn spawn_detached(
-    program: &CString,
+    program: &CStr,
     argv: &[CString],
     envp: &[CString],
     fds: &[RawFd],
+    stderr: Option<RawFd>,
 ) -> io::Result<()> {
     let argv_ptrs: Vec<*const libc::c_char> = argv
         .iter()
@@ -51,6 +52,10 @@ pub fn spawn_detached(
             // is not clobbered by the dup2 below.
             let mut moved = [0 as RawFd; 16];
             let n = fds.len().min(moved.len());
+            let err = match stderr {
+                Some(fd) => libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 64),
+                None => -1,
+            };
             for i in 0..n {
                 moved[i] = libc::fcntl(fds[i], libc::F_DUPFD_CLOEXEC, 64);
                 if moved[i] < 0 {
@@ -68,6 +73,10 @@ pub fn spawn_detached(
                     libc::dup2(null, std);
                 }
             }
+            if err >= 0 {
+                libc::dup2(err, 2);
+            }
+
             libc::syscall(
                 libc::SYS_close_range,
                 (3 + n) as u32,

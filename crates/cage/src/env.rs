@@ -49,15 +49,25 @@ pub fn step_path(inputs: &EnvInputs<'_>) -> OsString {
         .chain(SYSTEM_PATH.iter().map(PathBuf::from));
     let mut chosen: Vec<PathBuf> = Vec::new();
     for dir in candidates {
-        if !dir.is_absolute() {
+        if !dir.is_absolute() || chosen.contains(&dir) {
             continue;
         }
-        let Ok(real) = std::fs::canonicalize(&dir) else {
+        // Excluded by the path as written or by where it really leads (a symlink into the
+        // working directory would let the step shadow commands).
+        if inputs.not_on_path.iter().any(|r| dir.starts_with(r)) {
             continue;
+        }
+        // The common case, a plain directory under an exec root, costs one stat; only the rest
+        // (symlinks such as /bin -> usr/bin) is resolved.
+        let plain = inputs.exec_roots.iter().any(|r| dir.starts_with(r))
+            && std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
+        let ok = plain || {
+            std::fs::canonicalize(&dir).is_ok_and(|real| {
+                inputs.exec_roots.iter().any(|r| real.starts_with(r))
+                    && !inputs.not_on_path.iter().any(|r| real.starts_with(r))
+            })
         };
-        let executable = inputs.exec_roots.iter().any(|r| real.starts_with(r));
-        let excluded = inputs.not_on_path.iter().any(|r| real.starts_with(r));
-        if executable && !excluded && !chosen.contains(&dir) {
+        if ok {
             chosen.push(dir);
         }
     }

@@ -214,21 +214,25 @@ pub struct Ruleset {
 
 impl Ruleset {
     /// Creates a ruleset handling every right known at `abi`: whatever is not granted by a rule
-    /// is denied.
-    pub fn create(abi: u32) -> io::Result<Ruleset> {
+    /// is denied. With `handle_tcp` false, TCP is left to another boundary (the step's own
+    /// network namespace).
+    pub fn create(abi: u32, handle_tcp: bool) -> io::Result<Ruleset> {
         let mut attr = raw::RulesetAttr {
             handled_access_fs: fs::all_at(abi),
             ..Default::default()
         };
         let mut size = std::mem::size_of::<u64>();
-        if abi >= 4 {
+        if abi >= 4 && handle_tcp {
             attr.handled_access_net = net::BIND_TCP | net::CONNECT_TCP;
             size = 2 * std::mem::size_of::<u64>();
         }
         if abi >= 6 {
             attr.scoped = scope::ABSTRACT_UNIX_SOCKET | scope::SIGNAL;
             size = std::mem::size_of::<raw::RulesetAttr>();
+        } else if abi >= 4 && !handle_tcp {
+            size = 2 * std::mem::size_of::<u64>();
         }
+
         let fd = raw::create_ruleset(&attr, size)?;
         Ok(Ruleset {
             // SAFETY: a fresh descriptor from the kernel (O_CLOEXEC is implied by Landlock).

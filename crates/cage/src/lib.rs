@@ -38,6 +38,7 @@ mod cgroup;
 pub mod detach;
 mod env;
 mod error;
+mod init;
 pub mod landlock;
 mod netns;
 pub mod plan;

@@ -97,10 +97,22 @@ pub(crate) unsafe fn enter(plan: &NetnsPlan) -> Result<RawFd, i32> {
                 return Err(sys::errno());
             }
         }
+        listen_inside(plan.port)
+    }
+}
+
+/// In the (new) network namespace: brings `lo` up and listens on 127.0.0.1:`port`.
+///
+/// # Safety
+/// Child side, between fork and exec.
+pub(crate) unsafe fn listen_inside(port: u16) -> Result<RawFd, i32> {
+    // SAFETY (whole body): raw system calls on local data.
+    unsafe {
         if !loopback_up() {
             return Err(sys::errno());
         }
         let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+
         if s < 0 {
             return Err(sys::errno());
         }
@@ -114,7 +126,8 @@ pub(crate) unsafe fn enter(plan: &NetnsPlan) -> Result<RawFd, i32> {
         );
         let addr = libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: plan.port.to_be(),
+            sin_port: port.to_be(),
+
             sin_addr: libc::in_addr {
                 s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
             },

@@ -13,6 +13,7 @@ use nestbox_policy::{Access, Policy};
 use crate::cgroup::PidsCgroup;
 use crate::env::{self, EnvInputs};
 use crate::error::{CageError, setup};
+use crate::init::PidNsPlan;
 use crate::landlock::{self, Ruleset, fs as llfs, scope};
 use crate::netns::NetnsPlan;
 use crate::report::{
@@ -71,8 +72,9 @@ pub(crate) struct ChildPlan {
     pub filter: Option<Vec<seccomp::Insn>>,
     pub rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
     pub user: Option<(u32, u32)>,
-    pub cap_last: u32,
     pub netns: Option<NetnsPlan>,
+    /// The step's own PID namespace with a fresh /proc, when the kernel allows it.
+    pub pid_ns: Option<PidNsPlan>,
     /// NULL-terminated pointers into `argv` and `envp`, built by `seal` just before the fork.
     pub argv_ptrs: Vec<*const libc::c_char>,
     pub envp_ptrs: Vec<*const libc::c_char>,
@@ -83,7 +85,8 @@ pub struct PreparedStep {
     pub report: Report,
     pub timeout: Option<Duration>,
     pub(crate) child: ChildPlan,
-    pub(crate) dir: StepDir,
+    /// Moved into the running step (taken once).
+    pub(crate) dir: Option<StepDir>,
     pub(crate) cgroup: Option<PidsCgroup>,
 }
 
@@ -240,13 +243,6 @@ fn rlimits(
     (out, report)
 }
 
-fn cap_last() -> u32 {
-    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(63)
-}
-
 impl PreparedStep {
     /// Resolves and checks everything; refuses with a clear error when the policy cannot be
     /// enforced as written.
@@ -311,9 +307,12 @@ impl PreparedStep {
             });
         }
 
+        // In netns mode the namespace is the network boundary (only `lo` and the relay), so TCP
+        // inside it stays free: a test suite may run its own local servers.
+        let own_netns = matches!(req.network, Network::Netns { .. });
         let ruleset = if negotiated.abi > 0 {
             Some(
-                Ruleset::create(negotiated.abi)
+                Ruleset::create(negotiated.abi, !own_netns)
                     .map_err(|e| setup("creating the Landlock ruleset", e))?,
             )
         } else {
@@ -339,16 +338,15 @@ impl PreparedStep {
             }
         }
         let connect_ports = match &req.network {
-            Network::None => Vec::new(),
-            Network::Netns { port, .. } => vec![*port],
             Network::Ports { connect, .. } => connect.clone(),
+            _ => Vec::new(),
         };
         let netns = match &req.network {
             Network::Netns { port, .. } => Some(NetnsPlan::new(*port)),
-
             _ => None,
         };
-        let tcp_restricted = negotiated.abi >= 4;
+        let tcp_restricted = negotiated.abi >= 4 && !own_netns;
+
         if let Some(rs) = &ruleset
             && tcp_restricted
         {
@@ -433,6 +431,7 @@ impl PreparedStep {
             }
         }
         let (rlimits, limit_report) = rlimits(&req.policy, cgroup.as_ref());
+        let pid_ns = crate::init::likely_available().then(PidNsPlan::new);
         let mut envp = Vec::with_capacity(env.len());
         for (k, v) in &env {
             let mut kv = k.clone().into_bytes();
@@ -501,6 +500,11 @@ impl PreparedStep {
                 },
                 Network::Netns { report, .. } | Network::Ports { report, .. } => report.clone(),
             },
+            processes: if pid_ns.is_some() {
+                "own PID namespace with a fresh /proc: the step sees only its own processes, and every one of them ends with the step".into()
+            } else {
+                "shared PID namespace (user namespaces unavailable): the step can see other processes' command lines in /proc".into()
+            },
             no_new_privs: true,
             capabilities: if privileged {
                 "all dropped: bounding, permitted, effective, inheritable and ambient sets cleared"
@@ -527,8 +531,8 @@ impl PreparedStep {
             filter,
             rlimits,
             user: req.user,
-            cap_last: cap_last(),
             netns,
+            pid_ns,
             argv_ptrs: Vec::new(),
             envp_ptrs: Vec::new(),
         };
@@ -536,14 +540,14 @@ impl PreparedStep {
             report,
             timeout: req.policy.limits.timeout,
             child,
-            dir,
+            dir: Some(dir),
             cgroup,
         })
     }
 
     /// The step's private directory (holds `home/` and `tmp/`).
     pub fn step_dir(&self) -> &Path {
-        self.dir.root()
+        self.dir.as_ref().expect("not yet spawned").root()
     }
 }
 

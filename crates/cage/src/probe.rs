@@ -77,6 +77,12 @@ fn in_child(f: fn() -> bool) -> Option<bool> {
     }
 }
 
+/// Whether this process can give a step its own network namespace (netns mode): asked of the
+/// kernel in a throwaway child, directly as root or through a new user namespace otherwise.
+pub fn can_create_netns() -> bool {
+    in_child(netns_child).unwrap_or(false)
+}
+
 fn userns_child() -> bool {
     // SAFETY: unshare in a throwaway child.
     unsafe { libc::unshare(libc::CLONE_NEWUSER) == 0 }

@@ -83,6 +83,8 @@ pub struct Report {
     pub landlock: LandlockReport,
     pub seccomp: SeccompReport,
     pub network: NetworkReport,
+    /// Which processes the step can see, and what ends with it.
+    pub processes: String,
     pub no_new_privs: bool,
     pub capabilities: String,
     pub env: Vec<String>,

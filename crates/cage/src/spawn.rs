@@ -20,9 +20,10 @@ use crate::sys;
 /// The stages of the child, in order; the number travels in the failure report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
-enum Stage {
+pub(crate) enum Stage {
     Netns = 1,
     Hold,
+    PidNs,
     Signals,
     Setsid,
     Chdir,
@@ -63,6 +64,7 @@ impl Stage {
         match self {
             Stage::Netns => "creating the step's network namespace",
             Stage::Hold => "waiting for the launcher",
+            Stage::PidNs => "giving the step its own PID namespace and /proc",
             Stage::Signals => "resetting signals",
             Stage::Setsid => "starting a new session (setsid)",
             Stage::Chdir => "entering the working directory",
@@ -100,7 +102,7 @@ pub(crate) fn launcher_signals() -> libc::sigset_t {
 }
 
 /// Writes the failure report and exits. Async-signal-safe.
-fn fail(sync: RawFd, stage: Stage, errno: i32) -> ! {
+pub(crate) fn fail(sync: RawFd, stage: Stage, errno: i32) -> ! {
     let mut msg = [0u8; 8];
     msg[..4].copy_from_slice(&(stage as u32).to_ne_bytes());
     msg[4..].copy_from_slice(&errno.to_ne_bytes());
@@ -112,7 +114,7 @@ fn fail(sync: RawFd, stage: Stage, errno: i32) -> ! {
     }
 }
 
-fn or_fail(ret: libc::c_long, sync: RawFd, stage: Stage) {
+pub(crate) fn or_fail(ret: libc::c_long, sync: RawFd, stage: Stage) {
     if ret < 0 {
         fail(sync, stage, sys::errno());
     }
@@ -139,7 +141,7 @@ struct CapData {
 /// and securebits first (that needs CAP_SETPCAP, which a uid change would take away), then the
 /// remaining sets. A root launcher must succeed at each step; an unprivileged one holds no
 /// capability, and `no_new_privs` (set next) keeps exec from granting any.
-fn drop_bounding_set(plan: &ChildPlan, sync: RawFd, privileged: bool) {
+fn drop_bounding_set(sync: RawFd, privileged: bool) {
     // SAFETY: prctl with valid arguments; failures are handled below.
     unsafe {
         // Root stays root but its uid no longer implies capabilities, now or after exec.
@@ -152,10 +154,16 @@ fn drop_bounding_set(plan: &ChildPlan, sync: RawFd, privileged: bool) {
         if r < 0 && privileged {
             fail(sync, Stage::Capabilities, sys::errno());
         }
-        for cap in 0..=plan.cap_last {
+        // Up to the kernel's last capability: EINVAL past it.
+        for cap in 0..64 {
             let r = libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
-            if r < 0 && privileged && sys::errno() != libc::EINVAL {
-                fail(sync, Stage::Capabilities, sys::errno());
+            if r < 0 {
+                if sys::errno() == libc::EINVAL {
+                    break;
+                }
+                if privileged {
+                    fail(sync, Stage::Capabilities, sys::errno());
+                }
             }
         }
     }
@@ -189,14 +197,22 @@ fn drop_capability_sets(sync: RawFd) {
     }
 }
 
-/// The child between fork and exec. Only system calls on data prepared by the launcher.
+/// The step between fork and exec. Only system calls on data prepared by the launcher.
+/// `parent` is the pid its parent has as seen from the step (the launcher, or 1 for the init of
+/// its own PID namespace); `in_pidns`: the init already set up namespaces and a fresh /proc.
 ///
 /// # Safety
-/// Must run in a freshly forked child of a single-threaded launcher.
-unsafe fn child(plan: &ChildPlan, sync: RawFd, launcher: libc::pid_t, hold: bool) -> ! {
+/// Must run in a freshly forked child of a single-threaded launcher (or of the init).
+pub(crate) unsafe fn step_main(
+    plan: &ChildPlan,
+    sync: RawFd,
+    parent: libc::pid_t,
+    hold: bool,
+    in_pidns: bool,
+) -> ! {
     // SAFETY (whole body): raw system calls on valid, pre-built arguments.
     unsafe {
-        if let Some(netns) = &plan.netns {
+        if let Some(netns) = plan.netns.as_ref().filter(|_| !in_pidns) {
             match crate::netns::enter(netns) {
                 Ok(listener) => {
                     let sent = crate::netns::send_fd(sync, listener);
@@ -240,7 +256,7 @@ unsafe fn child(plan: &ChildPlan, sync: RawFd, launcher: libc::pid_t, hold: bool
             );
         }
         let privileged = libc::geteuid() == 0;
-        drop_bounding_set(plan, sync, privileged);
+        drop_bounding_set(sync, privileged);
         if let Some((uid, gid)) = plan.user {
             or_fail(
                 libc::setgroups(0, std::ptr::null()) as libc::c_long,
@@ -264,7 +280,7 @@ unsafe fn child(plan: &ChildPlan, sync: RawFd, launcher: libc::pid_t, hold: bool
             sync,
             Stage::ParentDeath,
         );
-        if libc::getppid() != launcher {
+        if libc::getppid() != parent {
             libc::_exit(125);
         }
         drop_capability_sets(sync);
@@ -274,6 +290,21 @@ unsafe fn child(plan: &ChildPlan, sync: RawFd, launcher: libc::pid_t, hold: bool
             Stage::NoNewPrivs,
         );
         if let Some(ruleset) = &plan.ruleset {
+            if in_pidns {
+                // The fresh /proc is a new mount the launcher's rules do not cover.
+                let proc = libc::open(c"/proc".as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                if proc < 0 {
+                    fail(sync, Stage::Landlock, sys::errno());
+                }
+                let rule = crate::sys::landlock::PathBeneathAttr {
+                    allowed_access: landlock::fs::READ_FILE | landlock::fs::READ_DIR,
+                    parent_fd: proc,
+                };
+                if crate::sys::landlock::add_path_rule(ruleset.raw_fd(), &rule).is_err() {
+                    fail(sync, Stage::Landlock, sys::errno());
+                }
+                libc::close(proc);
+            }
             or_fail(
                 landlock::restrict_self_raw(ruleset.raw_fd()),
                 sync,
@@ -348,21 +379,39 @@ impl PreparedStep {
         mut before_exec: Option<BeforeExec<'_>>,
     ) -> Result<RunningStep, CageError> {
         self.child.seal();
-        let hold = before_exec.is_some() || self.cgroup.is_some() || self.child.netns.is_some();
-        let mut fds = [0 as RawFd; 2];
-        // SAFETY: socketpair fills two descriptors.
-        sys::check_int(unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        })
-        .map_err(|e| crate::error::setup("creating the launcher socket", e))?;
-        // SAFETY: fresh descriptors we own.
-        let (ours, theirs) =
-            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        if self.child.pid_ns.is_some() {
+            match self.spawn_once(&mut before_exec) {
+                Err(Spawn::NoPidNs(why)) => {
+                    // The kernel (or an outer sandbox) refuses a PID namespace or a fresh /proc:
+                    // run without, and say so in the report.
+                    self.child.pid_ns = None;
+                    self.report.processes = format!(
+                        "shared PID namespace ({why}): the step can see other processes' command lines in /proc"
+                    );
+                }
+                other => return other.map_err(Spawn::into_error),
+            }
+        }
+        self.spawn_once(&mut before_exec).map_err(Spawn::into_error)
+    }
+
+    fn spawn_once(
+        &mut self,
+        before_exec: &mut Option<BeforeExec<'_>>,
+    ) -> Result<RunningStep, Spawn> {
+        let isolated = self.child.pid_ns.is_some();
+        let hold = isolated
+            || before_exec.is_some()
+            || self.cgroup.is_some()
+            || self.child.netns.is_some();
+        let (ours, theirs) = socketpair()
+            .map_err(|e| Spawn::Err(crate::error::setup("creating the launcher socket", e)))?;
+        let (status_r, status_w) = if isolated {
+            let (r, w) = pipe().map_err(Spawn::Err)?;
+            (Some(r), Some(w))
+        } else {
+            (None, None)
+        };
 
         let signals = launcher_signals();
         // SAFETY: blocking signals on the (single) launcher thread.
@@ -370,21 +419,38 @@ impl PreparedStep {
         // SAFETY: trivial getter.
         let launcher = unsafe { libc::getpid() };
         let started = Instant::now();
-        // SAFETY: the launcher is single-threaded here; the child only runs `child`, which
-        // makes raw system calls on prepared data.
-        let pid = unsafe { libc::fork() };
+        let pid = match &self.child.pid_ns {
+            // SAFETY: the launcher is single-threaded here; the child only makes raw system
+            // calls on prepared data (init_main), then execs or exits.
+            Some(ns) => unsafe {
+                crate::init::raw_clone(ns.clone_flags(self.child.netns.is_some())) as libc::pid_t
+            },
+            // SAFETY: as above, with step_main.
+            None => unsafe { libc::fork() },
+        };
         if pid < 0 {
-            return Err(crate::error::setup("fork", io::Error::last_os_error()));
+            let e = io::Error::last_os_error();
+            return Err(if isolated {
+                Spawn::NoPidNs(format!("clone: {e}"))
+            } else {
+                Spawn::Err(crate::error::setup("fork", e))
+            });
         }
         if pid == 0 {
             drop(ours);
-            // SAFETY: we are the freshly forked child.
-            unsafe { child(&self.child, theirs.as_raw_fd(), launcher, hold) };
+            // SAFETY: we are the freshly created child.
+            unsafe {
+                match &status_w {
+                    Some(w) => {
+                        crate::init::init_main(&self.child, theirs.as_raw_fd(), w.as_raw_fd())
+                    }
+                    None => step_main(&self.child, theirs.as_raw_fd(), launcher, hold, false),
+                }
+            }
         }
         drop(theirs);
-        let pidfd = sys::pidfd_open(pid).map_err(|e| crate::error::setup("pidfd_open", e))?;
-
-        let refuse = |err: CageError| -> CageError {
+        drop(status_w);
+        let kill = |err: Spawn| -> Spawn {
             // SAFETY: our own child; kill then reap so nothing is left behind.
             unsafe {
                 libc::kill(pid, libc::SIGKILL);
@@ -392,6 +458,19 @@ impl PreparedStep {
             }
             err
         };
+        let pidfd = match sys::pidfd_open(pid) {
+            Ok(fd) => fd,
+            Err(e) => return Err(kill(Spawn::Err(crate::error::setup("pidfd_open", e)))),
+        };
+        if let Some(ns) = &self.child.pid_ns {
+            if ns.with_userns
+                && let Err(e) = crate::init::write_maps(pid, ns)
+            {
+                return Err(kill(Spawn::NoPidNs(format!("writing the uid map: {e}"))));
+            }
+            // SAFETY: one byte to the init: "mapped".
+            unsafe { libc::write(ours.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+        }
         let mut listener = None;
         if self.child.netns.is_some() {
             match crate::netns::recv_fd(ours.as_raw_fd()) {
@@ -402,20 +481,20 @@ impl PreparedStep {
                     return Err(self.child_failure(&report));
                 }
                 Err(e) => {
-                    return Err(refuse(crate::error::setup(
+                    return Err(kill(Spawn::Err(crate::error::setup(
                         "receiving the relay listener",
                         e,
-                    )));
+                    ))));
                 }
             }
         }
         if let Some(cg) = &self.cgroup
             && let Err(e) = cg.add(pid)
         {
-            return Err(refuse(crate::error::setup(
+            return Err(kill(Spawn::Err(crate::error::setup(
                 &format!("moving the step into {}", cg.path().display()),
                 e,
-            )));
+            ))));
         }
         if let Some(hook) = before_exec.as_mut()
             && let Err(e) = hook(Started {
@@ -424,43 +503,91 @@ impl PreparedStep {
                 listener: listener.take(),
             })
         {
-            return Err(refuse(e));
+            return Err(kill(Spawn::Err(e)));
         }
         // Orphans of the step come to us from here on, so they can be found and killed.
         // SAFETY: plain prctl.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
         if hold {
-            // SAFETY: one byte to the child.
+            // SAFETY: one byte to the child: "go".
             unsafe { libc::write(ours.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
         }
         let mut report = [0u8; 8];
         // SAFETY: reading into a stack buffer.
         let n = unsafe { libc::read(ours.as_raw_fd(), report.as_mut_ptr().cast(), report.len()) };
         if n == 8 {
-            // SAFETY: reap the failed child.
+            // SAFETY: reap the failed child (the init exits once its step has).
             unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
             return Err(self.child_failure(&report));
         }
-        Ok(RunningStep::new(self, pid, pidfd, started))
+        Ok(RunningStep::new(self, pid, pidfd, started, status_r))
     }
 
     /// Turns the child's `(stage, errno)` report into the error the user sees.
-    fn child_failure(&self, report: &[u8]) -> CageError {
+    fn child_failure(&self, report: &[u8]) -> Spawn {
         if report.len() != 8 {
-            return CageError::Setup("the step exited before its cage was set up".into());
+            return Spawn::Err(CageError::Setup(
+                "the step exited before its cage was set up".into(),
+            ));
         }
         let stage = u32::from_ne_bytes(report[..4].try_into().unwrap());
         let errno = i32::from_ne_bytes(report[4..].try_into().unwrap());
-        match Stage::from_u32(stage) {
+        Spawn::Err(match Stage::from_u32(stage) {
             Some(Stage::Exec) => exec_error(self, errno),
+            Some(Stage::PidNs) => {
+                return Spawn::NoPidNs(format!(
+                    "mounting a fresh /proc: {}",
+                    io::Error::from_raw_os_error(errno)
+                ));
+            }
             Some(s) => CageError::Setup(format!(
                 "the cage could not be set up while {}: {}",
                 s.describe(),
                 io::Error::from_raw_os_error(errno)
             )),
             None => CageError::Setup(format!("the step failed at an unknown stage {stage}")),
+        })
+    }
+}
+
+/// Why one attempt to start the step failed: for good, or only because the PID namespace is
+/// unavailable (then the step starts without it).
+enum Spawn {
+    Err(CageError),
+    NoPidNs(String),
+}
+
+impl Spawn {
+    fn into_error(self) -> CageError {
+        match self {
+            Spawn::Err(e) => e,
+            Spawn::NoPidNs(why) => CageError::Setup(format!("PID namespace: {why}")),
         }
     }
+}
+
+fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: socketpair fills two descriptors.
+    sys::check_int(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    })?;
+    // SAFETY: fresh descriptors we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), CageError> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 fills two descriptors.
+    sys::check_int(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })
+        .map_err(|e| crate::error::setup("pipe", e))?;
+    // SAFETY: fresh descriptors we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 impl ChildPlan {

@@ -86,8 +86,14 @@ impl StepDir {
 impl Drop for StepDir {
     fn drop(&mut self) {
         if !self.keep {
-            // remove_dir_all does not follow symlinks the step may have planted.
-            let _ = std::fs::remove_dir_all(&self.root);
+            // Most steps leave home/ and tmp/ empty: three rmdirs, and only otherwise the full
+            // walk (remove_dir_all does not follow symlinks the step may have planted).
+            let quick = std::fs::remove_dir(self.home()).is_ok()
+                && std::fs::remove_dir(self.tmp()).is_ok()
+                && std::fs::remove_dir(&self.root).is_ok();
+            if !quick {
+                let _ = std::fs::remove_dir_all(&self.root);
+            }
         }
     }
 }

@@ -5,7 +5,7 @@
 //! daemons that called `setsid`) is killed then: the launcher is a child subreaper, so every
 //! orphan of the step is its descendant and can be found.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use crate::cgroup::PidsCgroup;
@@ -55,24 +55,28 @@ pub struct RunningStep {
     timeout: Option<Duration>,
     report: Report,
     cgroup: Option<PidsCgroup>,
+    /// With a PID namespace: `pid` is its init, and this pipe brings the step's own status.
+    init_status: Option<OwnedFd>,
     _dir: StepDir,
 }
 
 impl RunningStep {
     pub(crate) fn new(
-        step: PreparedStep,
+        step: &mut PreparedStep,
         pid: libc::pid_t,
         pidfd: OwnedFd,
         started: Instant,
+        init_status: Option<OwnedFd>,
     ) -> Self {
         RunningStep {
             pid,
             pidfd,
             started,
             timeout: step.timeout,
-            report: step.report,
-            cgroup: step.cgroup,
-            _dir: step.dir,
+            report: step.report.clone(),
+            cgroup: step.cgroup.take(),
+            init_status,
+            _dir: step.dir.take().expect("a prepared step has its directory"),
         }
     }
 
@@ -114,7 +118,7 @@ impl RunningStep {
                     interrupts += 1;
                     // Third interrupt: the user means it.
                     let forward = if interrupts >= 3 { libc::SIGKILL } else { s };
-                    tree::signal_descendants(forward);
+                    self.signal_step(forward);
                 }
             }
             tree::reap(self.pid, &mut status);
@@ -125,23 +129,33 @@ impl RunningStep {
             if let Some(k) = kill_at
                 && now >= k
             {
-                tree::signal_descendants(libc::SIGKILL);
+                self.signal_step(libc::SIGKILL);
                 kill_at = None;
             } else if let Some(d) = deadline
                 && !timed_out
                 && now >= d
             {
                 timed_out = true;
-                tree::signal_descendants(libc::SIGTERM);
+                self.signal_step(libc::SIGTERM);
                 kill_at = Some(now + KILL_GRACE);
             }
         }
         let duration = self.started.elapsed();
-        let mut leftovers_killed = if tree::has_children() {
-            tree::kill_all_descendants()
-        } else {
-            0
-        };
+        let mut leftovers_killed = 0;
+        if let Some(pipe) = &self.init_status {
+            // The init reports the step's own status and what it killed; an init killed
+            // outright (timeout) took the namespace along and reports nothing.
+            let mut msg = [0u8; 8];
+            // SAFETY: reading into a stack buffer; the write end closed with the init.
+            let n = unsafe { libc::read(pipe.as_raw_fd(), msg.as_mut_ptr().cast(), msg.len()) };
+            if n == 8 {
+                status = Some(i32::from_ne_bytes(msg[..4].try_into().unwrap()));
+                leftovers_killed = i32::from_ne_bytes(msg[4..].try_into().unwrap()) as usize;
+            }
+        }
+        if tree::has_children() {
+            leftovers_killed += tree::kill_all_descendants();
+        }
         if let Some(cg) = &self.cgroup {
             leftovers_killed += cg.kill_all();
         }
@@ -163,6 +177,20 @@ impl RunningStep {
             status: outcome.status(),
         });
         (outcome, report)
+    }
+}
+
+impl RunningStep {
+    /// Sends `signal` to every process of the step: through its init when it has its own PID
+    /// namespace (the init forwards, and SIGKILL to the init ends the whole namespace),
+    /// otherwise to every descendant of the launcher.
+    fn signal_step(&self, signal: libc::c_int) {
+        if self.init_status.is_some() {
+            // SAFETY: the pidfd names our init even if its pid were reused.
+            let _ = crate::sys::pidfd_send_signal(self.pidfd.as_raw_fd(), signal);
+        } else {
+            tree::signal_descendants(signal);
+        }
     }
 }
 

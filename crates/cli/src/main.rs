@@ -3,6 +3,7 @@
 
 mod policy_cmd;
 mod probe_cmd;
+mod relay_cmd;
 mod run_cmd;
 
 use clap::{Parser, Subcommand};
@@ -20,7 +21,7 @@ enum Command {
     /// Run one command as a caged step (Landlock + seccomp, private temp dir, clean environment).
     ///
     /// Example: nestbox run -- pytest -q
-    Run(run_cmd::RunArgs),
+    Run(Box<run_cmd::RunArgs>),
     /// Show what this kernel offers and what `run` will enforce.
     ///
     /// Example: nestbox probe --json
@@ -28,14 +29,25 @@ enum Command {
     /// Validate or inspect policy files.
     #[command(subcommand)]
     Policy(policy_cmd::PolicyCommand),
+    /// Run a relay: the allowlisting CONNECT proxy that is a step's one network exit.
+    ///
+    /// `nestbox run --allow` starts one per step by itself; run it by hand for the relay alone.
+    /// Example: nestbox relay --listen 127.0.0.1:8080 --allow pypi.org --preset npm
+    Relay(Box<relay_cmd::RelayArgs>),
+    /// List network presets and what each expands to on this machine.
+    ///
+    /// Example: nestbox presets pypi npm
+    Presets(relay_cmd::PresetsArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
-        Command::Run(args) => run_cmd::run(args),
+        Command::Run(args) => run_cmd::run(*args),
         Command::Probe(args) => probe_cmd::run(args),
         Command::Policy(cmd) => policy_cmd::run(cmd),
+        Command::Relay(args) => relay_cmd::run(*args),
+        Command::Presets(args) => relay_cmd::presets(args),
     };
     std::process::exit(code);
 }

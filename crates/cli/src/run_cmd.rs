@@ -5,7 +5,10 @@ use std::path::PathBuf;
 
 use clap::Args;
 use nestbox_cage::{CageError, Outcome, PreparedStep, Report, StepRequest};
-use nestbox_policy::{Access, Origin, PathRule, Policy, check_env_name, load_file, units};
+use nestbox_net::cell::{CellNetwork, CellOptions, UpstreamChoice};
+use nestbox_policy::{
+    Access, NetEntry, NetMode, Origin, PathRule, Policy, check_env_name, load_file, units,
+};
 
 use crate::say_error;
 
@@ -51,6 +54,38 @@ pub struct RunArgs {
     /// Run the step as this user (name or UID[:GID]); nestbox must run as root.
     #[arg(long, value_name = "UID[:GID]")]
     user: Option<String>,
+    /// Let the step reach HOST (`host`, `*.suffix`, an IP or CIDR; optional `:port`, default
+    /// 443 for HTTPS and 80 for plain HTTP) through its relay (repeatable).
+    #[arg(long, value_name = "HOST[:PORT]", help_heading = "Network")]
+    allow: Vec<String>,
+    /// Refuse HOST even when allowed (repeatable; without a port: every port).
+    #[arg(long, value_name = "HOST[:PORT]", help_heading = "Network")]
+    deny: Vec<String>,
+    /// Allow a preset's hosts, e.g. pypi, npm, crates, debian, github (`nestbox presets`).
+    #[arg(long, value_name = "NAME", help_heading = "Network")]
+    preset: Vec<String>,
+    /// How the relay is made the only exit: auto (netns when possible), netns, port.
+    #[arg(long, value_name = "MODE", help_heading = "Network")]
+    net_mode: Option<String>,
+    /// A TCP port the step must never reach (outer proxy, gateway, agent API); repeatable.
+    #[arg(long, value_name = "PORT", help_heading = "Network")]
+    deny_port: Vec<u16>,
+    /// Chain the relay through this proxy (`http://[user:pass@]host:port`). By default the
+    /// relay chains through this environment's HTTPS_PROXY, if any.
+    #[arg(
+        long,
+        value_name = "URL",
+        help_heading = "Network",
+        conflicts_with = "no_upstream"
+    )]
+    upstream: Option<String>,
+    /// Never chain through an upstream proxy, even when HTTPS_PROXY is set here.
+    #[arg(long, help_heading = "Network")]
+    no_upstream: bool,
+    /// Append one JSON line per relay decision to FILE.
+    #[arg(long, value_name = "FILE", help_heading = "Network")]
+    audit: Option<PathBuf>,
+
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -82,6 +117,27 @@ fn flags_policy(args: &RunArgs) -> Result<Policy, String> {
                 p.env.pass.push(item.clone());
             }
         }
+    }
+    let entries = |list: &[String], flag: &'static str| -> Vec<NetEntry> {
+        list.iter()
+            .map(|text| NetEntry {
+                text: text.clone(),
+                origin: Origin::Flag(flag),
+            })
+            .collect()
+    };
+    p.net.allow = entries(&args.allow, "--allow");
+    p.net.deny = entries(&args.deny, "--deny");
+    p.net.presets = entries(&args.preset, "--preset");
+    p.net.deny_ports = args.deny_port.clone();
+    if let Some(mode) = &args.net_mode {
+        p.net.mode = NetMode::parse(mode).map_err(|m| format!("--net-mode: {m}"))?;
+    }
+    if let Some(url) = &args.upstream {
+        p.net.upstream = Some(NetEntry {
+            text: url.clone(),
+            origin: Origin::Flag("--upstream"),
+        });
     }
     if let Some(t) = &args.timeout {
         p.limits.timeout = Some(units::parse_duration(t).map_err(|m| format!("--timeout: {m}"))?);
@@ -165,15 +221,43 @@ fn run_inner(args: &RunArgs) -> Result<i32, CageError> {
         .map(parse_user)
         .transpose()
         .map_err(CageError::Policy)?;
+    let caller_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    let mut cell = if policy.net.wants_network() {
+        let upstream = if args.no_upstream {
+            UpstreamChoice::None
+        } else if let Some(u) = &policy.net.upstream {
+            UpstreamChoice::Explicit(u.text.clone())
+        } else {
+            UpstreamChoice::FromEnvironment
+        };
+        let opts = CellOptions {
+            upstream,
+            audit: args.audit.clone(),
+            caller_env: caller_env.clone(),
+        };
+        Some(CellNetwork::plan(&policy.net, &opts)?)
+    } else {
+        if policy.net.mode == NetMode::Netns || args.audit.is_some() || args.upstream.is_some() {
+            return Err(CageError::Policy(
+                "network options were given but no host is allowed: add --allow HOST or --preset NAME (without them the step has no network at all)".into(),
+            ));
+        }
+        None
+    };
+    let (network, extra_env) = match &cell {
+        Some(c) => (c.network.clone(), c.extra_env.clone()),
+        None => Default::default(),
+    };
     let request = StepRequest {
         policy,
         command: args.command.clone(),
         workdir: args.workdir.clone(),
-        caller_env: std::env::vars_os().collect(),
+        caller_env,
         best_effort: args.best_effort,
         keep_tmp: args.keep_tmp,
         user,
-        ..StepRequest::default()
+        network,
+        extra_env,
     };
     let prepared = PreparedStep::prepare(request)?;
     let timeout = prepared.timeout;
@@ -182,7 +266,15 @@ fn run_inner(args: &RunArgs) -> Result<i32, CageError> {
             say_error(format!("best effort: NOT enforced: {d}"));
         }
     }
-    let running = prepared.spawn(None)?;
+    let step_id = prepared.report.step_id.clone();
+    let running = match cell.as_mut() {
+        Some(cell) => {
+            let mut hook = |started: nestbox_cage::Started<'_>| cell.start_relay(started, &step_id);
+            prepared.spawn(Some(&mut hook))?
+        }
+        None => prepared.spawn(None)?,
+    };
+
     let (outcome, report) = running.wait();
     describe_end(&outcome, timeout);
     if let Some(target) = &args.report {

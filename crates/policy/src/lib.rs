@@ -18,12 +18,19 @@
 //! refusal later can say exactly which line to change.
 
 mod defaults;
+pub mod host;
 mod load;
 mod model;
+pub mod presets;
 pub mod units;
 
 pub use defaults::{DEFAULT_PROCESSES, default_policy};
+pub use host::{
+    AddrClass, AddrVerdict, Allowlist, EntryError, Host, HostError, HostPattern, HostRule,
+    HostVerdict, IpRange, PortSpec, RequestKind, Rule, RuleSource, parse_authority,
+};
 pub use load::{PolicyError, check_env_name, load_file, parse_policy};
 pub use model::{
     Access, Base, EnvPolicy, Limits, NetEntry, NetMode, NetPolicy, Origin, PathRule, Policy,
 };
+pub use presets::{PRESETS, Preset, PresetKind, UnknownPreset, find_preset};

@@ -1,0 +1,350 @@
+//! A step with its relay: choosing the network mode, preparing the listener, and starting the
+//! relay detached with a readiness handshake before the step may run (DESIGN section 2).
+//!
+//! This module runs in the launcher, before and around the fork, so it is synchronous and
+//! starts no thread: the relay is a separate process (`nestbox relay`, re-executed from this
+//! binary), watching the launcher's and the step's pidfds so it exits with them.
+
+use std::ffi::{CString, OsString};
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nestbox_cage::report::NetworkReport;
+use nestbox_cage::{CageError, Network, Started};
+use nestbox_policy::{NetMode, NetPolicy};
+
+use crate::config::allowlist_from_policy;
+use crate::registry::Discovery;
+use crate::upstream::{Upstream, upstream_from_env};
+
+/// Where the relay listens inside the step's own network namespace.
+pub const NETNS_RELAY_PORT: u16 = 3128;
+
+/// How long the launcher waits for the relay to accept (preset discovery asks pip, npm...).
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Which upstream proxy the relay chains through.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum UpstreamChoice {
+    /// The launcher's own `HTTPS_PROXY`/`https_proxy` (or `ALL_PROXY`), if any: the default.
+    #[default]
+    FromEnvironment,
+    /// This URL (`--upstream`, or `upstream` in the policy).
+    Explicit(String),
+    /// Dial directly (`--no-upstream`).
+    None,
+}
+
+/// What the launcher was asked, beyond the policy's `[net]` section.
+#[derive(Clone, Debug, Default)]
+pub struct CellOptions {
+    /// Which upstream proxy the relay chains through.
+    pub upstream: UpstreamChoice,
+    /// Audit log for the relay (one JSON line per decision).
+    pub audit: Option<PathBuf>,
+    /// The launcher's environment: the relay reads registry settings and the default upstream
+    /// from it. It never reaches the step.
+    pub caller_env: Vec<(OsString, OsString)>,
+}
+
+/// The network side of one step, ready to be handed to the cage.
+pub struct CellNetwork {
+    /// For [`nestbox_cage::StepRequest::network`].
+    pub network: Network,
+    /// Proxy variables for [`nestbox_cage::StepRequest::extra_env`].
+    pub extra_env: Vec<(String, OsString)>,
+    mode: NetMode,
+    port_listener: Option<TcpListener>,
+    relay_args: Vec<String>,
+    relay_env: Vec<(OsString, OsString)>,
+}
+
+fn proxy_env(port: u16) -> Vec<(String, OsString)> {
+    let url = OsString::from(format!("http://127.0.0.1:{port}"));
+    let mut env: Vec<(String, OsString)> = [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ]
+    .iter()
+    .map(|k| (k.to_string(), url.clone()))
+    .collect();
+    // The step's own loopback services (a test server it starts) are reached directly.
+    for k in ["NO_PROXY", "no_proxy"] {
+        env.push((k.to_string(), "localhost,127.0.0.1,::1".into()));
+    }
+    env
+}
+
+/// Whether this process can create a network namespace (directly as root, or in a new user
+/// namespace), asked of the kernel in a throwaway child.
+pub fn netns_available() -> bool {
+    nestbox_cage::probe::can_create_netns()
+}
+
+const PROXY_VARS: &[&str] = &[
+    "https_proxy",
+    "HTTPS_PROXY",
+    "http_proxy",
+    "HTTP_PROXY",
+    "all_proxy",
+    "ALL_PROXY",
+    "no_proxy",
+    "NO_PROXY",
+];
+
+fn config_error(e: impl std::fmt::Display) -> CageError {
+    CageError::Policy(e.to_string())
+}
+
+impl CellNetwork {
+    /// Plans the network of a step. `net` is the effective policy's `[net]` section (with the
+    /// command-line entries already added). Errors are policy errors (exit 125).
+    pub fn plan(net: &NetPolicy, opts: &CellOptions) -> Result<CellNetwork, CageError> {
+        // Validate every entry now, with its origin, before anything starts. Presets are only
+        // checked by name here; the relay expands them from the tools' own configuration.
+        allowlist_from_policy(net, &Discovery::offline()).map_err(config_error)?;
+
+        let env_lookup = |name: &str| {
+            opts.caller_env
+                .iter()
+                .find(|(k, _)| k.as_bytes() == name.as_bytes())
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        let upstream: Option<Upstream> = match &opts.upstream {
+            UpstreamChoice::None => None,
+            UpstreamChoice::Explicit(url) => Some(Upstream::parse(url).map_err(config_error)?),
+            UpstreamChoice::FromEnvironment => upstream_from_env(env_lookup).map_err(|e| {
+                CageError::Policy(format!(
+                    "{e} (taken from this environment; --no-upstream ignores it)"
+                ))
+            })?,
+        };
+        // The relay gets the launcher's environment for registry discovery, with the upstream
+        // passed as `https_proxy` (never on its command line, which the step could read in
+        // /proc) and every other proxy variable removed.
+        let mut relay_env: Vec<(OsString, OsString)> = opts
+            .caller_env
+            .iter()
+            .filter(|(k, _)| !PROXY_VARS.iter().any(|p| k.as_bytes() == p.as_bytes()))
+            .cloned()
+            .collect();
+        match &opts.upstream {
+            UpstreamChoice::Explicit(url) => relay_env.push(("https_proxy".into(), url.into())),
+            UpstreamChoice::FromEnvironment => {
+                for (k, v) in &opts.caller_env {
+                    if PROXY_VARS.iter().any(|p| k.as_bytes() == p.as_bytes()) {
+                        relay_env.push((k.clone(), v.clone()));
+                    }
+                }
+            }
+            UpstreamChoice::None => {}
+        }
+
+        let mode = match net.mode {
+            NetMode::Auto if netns_available() => NetMode::Netns,
+            NetMode::Auto => NetMode::Port,
+            other => other,
+        };
+        let mut relay_args: Vec<String> = Vec::new();
+        for e in &net.allow {
+            relay_args.push(format!("--allow={}", e.text));
+        }
+        for e in &net.deny {
+            relay_args.push(format!("--deny={}", e.text));
+        }
+        for e in &net.presets {
+            relay_args.push(format!("--preset={}", e.text));
+        }
+        if upstream.is_none() {
+            relay_args.push("--no-upstream".into());
+        }
+        if let Some(a) = &opts.audit {
+            relay_args.push(format!("--audit={}", a.display()));
+        }
+
+        let mut notes = Vec::new();
+        let (network_port, port_listener) = match mode {
+            NetMode::Netns => {
+                notes.push("netns: the step has its own network namespace holding only lo; its one way out is the relay, which accepts inside it and dials outside. A program that ignores the proxy variables has no network at all".to_string());
+                (NETNS_RELAY_PORT, None)
+            }
+            _ => {
+                let listener = bind_relay_port(&net.deny_ports)?;
+                let port = listener
+                    .local_addr()
+                    .map_err(|e| CageError::Setup(format!("relay listener: {e}")))?
+                    .port();
+                notes.push(format!("port mode: Landlock lets the step connect to TCP port {port} only, and nothing else. Landlock port rules cannot tell hosts apart: port {port} on any other host the outer environment routes to is reachable too, so this mode relies on the outer sandbox having no direct route out"));
+                (port, Some(listener))
+            }
+        };
+        let relay = serde_json::json!({
+            "listen": format!("127.0.0.1:{network_port}"),
+            "allow": net.allow.iter().map(|e| e.text.clone()).collect::<Vec<_>>(),
+            "deny": net.deny.iter().map(|e| e.text.clone()).collect::<Vec<_>>(),
+            "presets": net.presets.iter().map(|e| e.text.clone()).collect::<Vec<_>>(),
+            "deny_ports": net.deny_ports,
+            "upstream": upstream.as_ref().map(|u| u.to_string()),
+            "upstream_source": match &opts.upstream {
+                UpstreamChoice::Explicit(_) => "explicit",
+                UpstreamChoice::FromEnvironment if upstream.is_some() => "launcher environment (HTTPS_PROXY)",
+                UpstreamChoice::FromEnvironment => "none in the launcher environment",
+                UpstreamChoice::None => "disabled (--no-upstream)",
+            },
+            "audit": opts.audit.as_ref().map(|a| a.display().to_string()),
+        });
+        let report = NetworkReport {
+            mode: match mode {
+                NetMode::Netns => "netns".into(),
+                _ => "port".into(),
+            },
+            notes,
+            relay: Some(relay),
+        };
+        let network = match mode {
+            NetMode::Netns => Network::Netns {
+                port: network_port,
+                report,
+            },
+            _ => Network::Ports {
+                connect: vec![network_port],
+                report,
+            },
+        };
+        Ok(CellNetwork {
+            network,
+            extra_env: proxy_env(network_port),
+            mode,
+            port_listener,
+            relay_args,
+            relay_env,
+        })
+    }
+
+    /// The network mode chosen (`Netns` or `Port`).
+    pub fn mode(&self) -> NetMode {
+        self.mode
+    }
+
+    /// Starts the relay for the step `started` and waits until it accepts. Call it from the
+    /// cage's `before_exec` hook: the step runs only once this returns `Ok`.
+    pub fn start_relay(&mut self, started: Started<'_>, step_id: &str) -> Result<(), CageError> {
+        let listener: OwnedFd = match (started.listener, self.port_listener.take()) {
+            (Some(fd), _) => fd,
+            (None, Some(l)) => OwnedFd::from(l),
+            (None, None) => return Err(CageError::Setup("no relay listener was prepared".into())),
+        };
+        let launcher = nestbox_cage::pidfd_open(std::process::id() as libc::pid_t)
+            .map_err(|e| CageError::Setup(format!("pidfd of the launcher: {e}")))?;
+        let (ready_r, ready_w) = pipe()?;
+        let (err_r, err_w) = pipe()?;
+
+        let mut argv: Vec<CString> = vec![c"nestbox".into(), c"relay".into()];
+        for a in [
+            "--listen-fd=3",
+            "--ready-fd=4",
+            "--watch-pidfd=5",
+            "--watch-pidfd=6",
+        ] {
+            argv.push(cstring(a)?);
+        }
+        argv.push(cstring(&format!("--step-id={step_id}"))?);
+        for a in &self.relay_args {
+            argv.push(cstring(a)?);
+        }
+        let envp = self
+            .relay_env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv = k.as_bytes().to_vec();
+                kv.push(b'=');
+                kv.extend_from_slice(v.as_bytes());
+                CString::new(kv).map_err(|_| CageError::Setup("NUL in the environment".into()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        nestbox_cage::detach::spawn_detached(
+            c"/proc/self/exe",
+            &argv,
+            &envp,
+            &[
+                listener.as_raw_fd(),
+                ready_w.as_raw_fd(),
+                launcher.as_raw_fd(),
+                started.pidfd.as_raw_fd(),
+            ],
+            Some(err_w.as_raw_fd()),
+        )
+        .map_err(|e| CageError::Setup(format!("starting the relay: {e}")))?;
+        drop(ready_w);
+        drop(err_w);
+        drop(listener);
+
+        if wait_readable(&ready_r, READY_TIMEOUT) {
+            let mut byte = [0u8; 1];
+            let mut f = std::fs::File::from(ready_r);
+            if f.read(&mut byte).unwrap_or(0) == 1 {
+                return Ok(());
+            }
+        }
+        // The relay refused its configuration or died: say what it said.
+        let mut message = String::new();
+        let _ = std::fs::File::from(err_r).read_to_string(&mut message);
+        let message = message.trim();
+        Err(CageError::Setup(if message.is_empty() {
+            "the relay did not become ready".to_string()
+        } else {
+            message.trim_start_matches("nestbox relay: ").to_string()
+        }))
+    }
+}
+
+fn cstring(s: &str) -> Result<CString, CageError> {
+    CString::new(s).map_err(|_| CageError::Policy(format!("NUL byte in relay argument `{s}`")))
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), CageError> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(CageError::Setup(format!(
+            "pipe: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: fresh descriptors.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn wait_readable(fd: &OwnedFd, timeout: Duration) -> bool {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, timeout.as_millis() as libc::c_int) };
+    n == 1
+}
+
+/// Binds the relay's port-mode listener on 127.0.0.1, never on a port the policy denies.
+fn bind_relay_port(deny_ports: &[u16]) -> Result<TcpListener, CageError> {
+    for _ in 0..20 {
+        let l = TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| CageError::Setup(format!("binding the relay listener: {e}")))?;
+        let port = l.local_addr().map(|a| a.port()).unwrap_or(0);
+        if !deny_ports.contains(&port) {
+            return Ok(l);
+        }
+    }
+    Err(CageError::Policy(format!(
+        "could not find a relay port outside the denied ports {deny_ports:?}"
+    )))
+}
