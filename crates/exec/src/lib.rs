@@ -66,16 +66,20 @@
 //! their wrappers peeled off and their nested code parsed again, and what it cannot know
 //! (a variable, a download) it says it cannot know.
 
+pub mod approval;
 pub mod apptainer;
 pub mod backend;
 pub mod config;
 pub mod docker;
 mod error;
+pub mod gate;
 pub mod guard;
+pub mod hook;
 mod host;
 pub mod job;
 pub mod local;
 pub mod output;
+pub mod session;
 pub mod ssh;
 pub mod supervisor;
 
@@ -90,7 +94,11 @@ pub use config::{
     ApptainerConfig, BackendConfig, DockerConfig, ExecConfig, HostKeyPolicy, LocalConfig,
     SshConfig, open,
 };
+pub use approval::{ApprovalMode, ApprovalStore, Approver, Choice, TerminalPrompt};
 pub use error::{ExecError, Result};
+pub use gate::{Clearance, ClearedBy, Denial, DenialCause, Gate, ToolCall};
+pub use hook::Hook;
+pub use session::{CallError, Gated, ProcessAnswer, ProcessOp, Session, Step};
 pub use output::{CapturedOutput, OutputLimits};
 
 /// What every backend gets besides its own configuration.
