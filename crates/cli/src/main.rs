@@ -2,8 +2,11 @@
 //! live in the library crates (policy, cage, net, exec).
 
 mod exec_cmd;
+mod gate_args;
+mod mcp;
 mod policy_cmd;
 mod probe_cmd;
+mod progress;
 mod relay_cmd;
 mod run_cmd;
 
@@ -28,6 +31,10 @@ enum Command {
     ///
     /// Example: nestbox exec --backend docker --image localhost/busybox -- sh -c 'make test'
     Exec(exec_cmd::ExecArgs),
+    /// Serve the run and process tools to an agent over MCP (stdio), every call guarded.
+    ///
+    /// Example: claude mcp add nestbox -- nestbox mcp --backend local --policy worker.toml
+    Mcp(Box<mcp::McpArgs>),
     /// Show what this kernel offers and what `run` will enforce.
     ///
     /// Example: nestbox probe --json
@@ -51,6 +58,7 @@ fn main() {
     let code = match cli.command {
         Command::Run(args) => run_cmd::run(*args),
         Command::Exec(args) => exec_cmd::run(args),
+        Command::Mcp(args) => mcp::run(*args),
         Command::Probe(args) => probe_cmd::run(args),
         Command::Policy(cmd) => policy_cmd::run(cmd),
         Command::Relay(args) => relay_cmd::run(*args),

@@ -198,6 +198,24 @@ pub enum ProcessAnswer {
     },
 }
 
+impl ProcessAnswer {
+    /// The status, for `poll`, `wait` and `kill`.
+    pub fn into_status(self) -> Option<JobStatus> {
+        match self {
+            ProcessAnswer::Status(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The output piece, for `log`.
+    pub fn into_log(self) -> Option<OutputChunk> {
+        match self {
+            ProcessAnswer::Log(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
 /// One job in a `list` answer.
 #[derive(Debug, Clone, Serialize)]
 pub struct JobEntry {
