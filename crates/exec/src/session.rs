@@ -227,8 +227,11 @@ pub struct JobEntry {
     pub step_id: String,
     /// When it was started, seconds since the Unix epoch (this machine's clock).
     pub started_at: u64,
-    /// Its status now, or why it could not be learned.
-    pub status: Result<JobStatus, String>,
+    /// Its status now (absent when it could not be learned: see `error`).
+    pub status: Option<JobStatus>,
+    /// Why the status could not be learned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 struct JobRecord {
@@ -369,13 +372,17 @@ impl Session {
             .collect();
         let mut out = Vec::with_capacity(records.len());
         for (id, command, step_id, started_at) in records {
-            let status = self.backend.poll(&id).await.map_err(|e| e.to_string());
+            let (status, error) = match self.backend.poll(&id).await {
+                Ok(s) => (Some(s), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
             out.push(JobEntry {
                 id,
                 command,
                 step_id,
                 started_at,
                 status,
+                error,
             });
         }
         out
