@@ -434,7 +434,11 @@ async fn perform(session: &Session, action: Action, a: &ExecFlags) -> Result<i32
             Ok(0)
         }
         Action::Poll(id) => {
-            let s = op(ProcessOp::Poll(id)).await?.value.into_status().expect("a status");
+            let s = op(ProcessOp::Poll(id))
+                .await?
+                .value
+                .into_status()
+                .expect("a status");
             print_status(&s, a.json);
             Ok(0)
         }
@@ -479,7 +483,11 @@ async fn perform(session: &Session, action: Action, a: &ExecFlags) -> Result<i32
             Ok(job_exit(&s))
         }
         Action::Kill(id) => {
-            let s = op(ProcessOp::Kill(id)).await?.value.into_status().expect("a status");
+            let s = op(ProcessOp::Kill(id))
+                .await?
+                .value
+                .into_status()
+                .expect("a status");
             print_status(&s, a.json);
             Ok(0)
         }

@@ -16,17 +16,37 @@ pub struct GateArgs {
     #[arg(long = "hook", value_name = "PROGRAM", help_heading = "Guard")]
     pub hooks: Vec<PathBuf>,
     /// How long a hook may take; no answer in time is a deny.
-    #[arg(long, value_name = "DURATION", default_value = "10s", help_heading = "Guard")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "10s",
+        help_heading = "Guard"
+    )]
     pub hook_timeout: String,
     /// Who approves what the guard flags: auto (interactive when stdin is a terminal, else
     /// deny), interactive, deny, approve. Hardline findings are refused in every mode.
-    #[arg(long, value_name = "MODE", default_value = "auto", help_heading = "Guard")]
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "auto",
+        help_heading = "Guard"
+    )]
     pub approval: String,
     /// How long the interactive prompt waits; silence is a deny.
-    #[arg(long, value_name = "DURATION", default_value = "120s", help_heading = "Guard")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "120s",
+        help_heading = "Guard"
+    )]
     pub approval_timeout: String,
     /// The terminal the interactive prompt uses.
-    #[arg(long, value_name = "DEVICE", default_value = "/dev/tty", help_heading = "Guard")]
+    #[arg(
+        long,
+        value_name = "DEVICE",
+        default_value = "/dev/tty",
+        help_heading = "Guard"
+    )]
     pub prompt_tty: PathBuf,
     /// The file of "always" approvals [default: $XDG_DATA_HOME/nestbox/approvals.json].
     #[arg(long, value_name = "FILE", help_heading = "Guard")]

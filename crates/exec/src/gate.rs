@@ -293,8 +293,13 @@ impl Gate {
             self.session_id,
             self.next_step.fetch_add(1, Ordering::Relaxed) + 1
         );
-        let verdict = call.command.as_deref().map(guard::classify).unwrap_or_default();
-        let findings: Vec<FindingReport> = verdict.findings.iter().map(|f| self.report(f)).collect();
+        let verdict = call
+            .command
+            .as_deref()
+            .map(guard::classify)
+            .unwrap_or_default();
+        let findings: Vec<FindingReport> =
+            verdict.findings.iter().map(|f| self.report(f)).collect();
         let request = HookRequest {
             version: hook::PROTOCOL_VERSION,
             event: "pre_tool_call",
@@ -488,7 +493,12 @@ impl Gate {
     }
 
     fn remembered(&self, key: &ApprovalKey) -> bool {
-        if self.session_keys.lock().expect("session keys").contains(key) {
+        if self
+            .session_keys
+            .lock()
+            .expect("session keys")
+            .contains(key)
+        {
             return true;
         }
         match &self.store {

@@ -164,9 +164,11 @@ pub fn parse_answer(out: &[u8]) -> Result<HookDecision, String> {
         "deny" => Ok(HookDecision::Deny(
             reason.unwrap_or_else(|| "denied (no reason given)".into()),
         )),
-        "ask" => Ok(HookDecision::Ask(
-            reason.unwrap_or_else(|| "asks for approval (no reason given)".into()),
-        )),
+        "ask" => {
+            Ok(HookDecision::Ask(reason.unwrap_or_else(|| {
+                "asks for approval (no reason given)".into()
+            })))
+        }
         other => Err(format!(
             "its decision `{other}` is none of allow, deny, ask"
         )),
@@ -259,8 +261,7 @@ pub async fn run_all(hooks: &[Hook], request: &HookRequest) -> Combined {
         return Combined::Allow;
     }
     let body = serde_json::to_vec(request).expect("hook requests serialize");
-    let answers =
-        futures_util::future::join_all(hooks.iter().map(|h| run_hook(h, &body))).await;
+    let answers = futures_util::future::join_all(hooks.iter().map(|h| run_hook(h, &body))).await;
     combine(hooks.iter().map(Hook::name).zip(answers))
 }
 
@@ -312,7 +313,11 @@ mod tests {
             b"\xff\xfe",
             b"[\"allow\"]",
         ] {
-            assert!(parse_answer(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(
+                parse_answer(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 

@@ -85,6 +85,7 @@ pub mod supervisor;
 
 use std::path::PathBuf;
 
+pub use approval::{ApprovalMode, ApprovalStore, Approver, Choice, TerminalPrompt};
 pub use backend::{
     Backend, BackendKind, BoxFuture, Cancellation, CommandSpec, Descriptor, ExposedPath,
     ExposureSource, HostExposure, Isolation, JobId, JobState, JobStatus, OutputChunk, RunResult,
@@ -94,12 +95,11 @@ pub use config::{
     ApptainerConfig, BackendConfig, DockerConfig, ExecConfig, HostKeyPolicy, LocalConfig,
     SshConfig, open,
 };
-pub use approval::{ApprovalMode, ApprovalStore, Approver, Choice, TerminalPrompt};
 pub use error::{ExecError, Result};
 pub use gate::{Clearance, ClearedBy, Denial, DenialCause, Gate, ToolCall};
 pub use hook::Hook;
-pub use session::{CallError, Gated, ProcessAnswer, ProcessOp, Session, Step};
 pub use output::{CapturedOutput, OutputLimits};
+pub use session::{CallError, Gated, ProcessAnswer, ProcessOp, Session, Step};
 
 /// What every backend gets besides its own configuration.
 #[derive(Debug, Clone)]

@@ -22,7 +22,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-use crate::backend::{Backend, CommandSpec, Descriptor, JobId, JobStatus, OutputChunk, RunResult, Stream};
+use crate::backend::{
+    Backend, CommandSpec, Descriptor, JobId, JobStatus, OutputChunk, RunResult, Stream,
+};
 use crate::error::ExecError;
 use crate::gate::{Clearance, Denial, Gate, ToolCall};
 
@@ -300,7 +302,10 @@ impl Session {
     /// Runs `step` in the foreground, if the gate lets it.
     pub async fn run(&self, tool: &str, step: &Step) -> Result<Gated<RunResult>, CallError> {
         step.spec.validate()?;
-        let clearance = self.gate.check(&Self::command_call(tool, step, false)).await?;
+        let clearance = self
+            .gate
+            .check(&Self::command_call(tool, step, false))
+            .await?;
         let value = self.backend.run(&step.spec).await?;
         Ok(Gated { value, clearance })
     }
@@ -308,7 +313,10 @@ impl Session {
     /// Starts `step` as a background job, if the gate lets it.
     pub async fn spawn(&self, tool: &str, step: &Step) -> Result<Gated<JobId>, CallError> {
         step.spec.validate()?;
-        let clearance = self.gate.check(&Self::command_call(tool, step, true)).await?;
+        let clearance = self
+            .gate
+            .check(&Self::command_call(tool, step, true))
+            .await?;
         let id = self.backend.spawn(&step.spec).await?;
         let started_at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -368,7 +376,14 @@ impl Session {
             .lock()
             .expect("jobs")
             .iter()
-            .map(|r| (r.id.clone(), r.command.clone(), r.step_id.clone(), r.started_at))
+            .map(|r| {
+                (
+                    r.id.clone(),
+                    r.command.clone(),
+                    r.step_id.clone(),
+                    r.started_at,
+                )
+            })
             .collect();
         let mut out = Vec::with_capacity(records.len());
         for (id, command, step_id, started_at) in records {

@@ -61,11 +61,19 @@ pub fn run(args: McpArgs) -> i32 {
     if !flags.command.is_empty()
         || flags.background
         || flags.json
-        || [&flags.poll, &flags.output, &flags.wait, &flags.kill, &flags.forget]
-            .iter()
-            .any(|o| o.is_some())
+        || [
+            &flags.poll,
+            &flags.output,
+            &flags.wait,
+            &flags.kill,
+            &flags.forget,
+        ]
+        .iter()
+        .any(|o| o.is_some())
     {
-        say_error("nestbox mcp takes no command, job operation, --background or --json: the agent sends those as tool calls");
+        say_error(
+            "nestbox mcp takes no command, job operation, --background or --json: the agent sends those as tool calls",
+        );
         return 2;
     }
     let config = match crate::exec_cmd::config_from_flags(flags) {
@@ -83,7 +91,9 @@ pub fn run(args: McpArgs) -> i32 {
         }
     };
     let served = nestbox_exec::block_on(async {
-        let backend = nestbox_exec::open(&config).await.map_err(|e| (e.to_string(), e.exit_code()))?;
+        let backend = nestbox_exec::open(&config)
+            .await
+            .map_err(|e| (e.to_string(), e.exit_code()))?;
         let gate = flags.gate.gate(backend.descriptor()).map_err(|e| (e, 2))?;
         let d = backend.descriptor();
         eprintln!(

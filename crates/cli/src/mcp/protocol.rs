@@ -79,8 +79,11 @@ pub async fn serve(tools: Arc<Tools>, instructions: String) -> std::io::Result<(
         let id = obj.get("id").cloned();
         let Some(method) = obj.get("method").and_then(Value::as_str) else {
             // A response to a request we never send, or junk without a method.
-            if id.is_some() && !obj.contains_key("result") && !obj.contains_key("error") {
-                let _ = out_tx.send(error(id.unwrap(), INVALID_REQUEST, "no method"));
+            if let Some(id) = id
+                && !obj.contains_key("result")
+                && !obj.contains_key("error")
+            {
+                let _ = out_tx.send(error(id, INVALID_REQUEST, "no method"));
             }
             continue;
         };
@@ -88,7 +91,10 @@ pub async fn serve(tools: Arc<Tools>, instructions: String) -> std::io::Result<(
         let Some(id) = id else {
             if method == "notifications/cancelled"
                 && let Some(req) = params.get("requestId")
-                && let Some(task) = in_flight.lock().expect("in flight").remove(&req.to_string())
+                && let Some(task) = in_flight
+                    .lock()
+                    .expect("in flight")
+                    .remove(&req.to_string())
             {
                 task.abort();
                 eprintln!("nestbox mcp: request {req} cancelled by the client");
@@ -123,7 +129,8 @@ pub async fn serve(tools: Arc<Tools>, instructions: String) -> std::io::Result<(
                     continue;
                 };
                 if !Tools::exists(name) {
-                    let _ = out_tx.send(error(id, INVALID_PARAMS, format!("unknown tool `{name}`")));
+                    let _ =
+                        out_tx.send(error(id, INVALID_PARAMS, format!("unknown tool `{name}`")));
                     continue;
                 }
                 let name = name.to_owned();
@@ -138,7 +145,12 @@ pub async fn serve(tools: Arc<Tools>, instructions: String) -> std::io::Result<(
                 let mut running = in_flight.lock().expect("in flight");
                 let task = tokio::spawn(async move {
                     let result = tools.call(&name, args).await;
-                    if registry.lock().expect("in flight").remove(&done_key).is_some() {
+                    if registry
+                        .lock()
+                        .expect("in flight")
+                        .remove(&done_key)
+                        .is_some()
+                    {
                         let _ = tx.send(response(id, result));
                     }
                 });
@@ -162,9 +174,15 @@ pub async fn serve(tools: Arc<Tools>, instructions: String) -> std::io::Result<(
 
 /// Drops every call still running, which ends their commands (a backend kills what a dropped
 /// call started), and returns.
-fn stop(in_flight: &Mutex<HashMap<String, tokio::task::AbortHandle>>, why: &str) -> std::io::Result<()> {
+fn stop(
+    in_flight: &Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    why: &str,
+) -> std::io::Result<()> {
     let running: Vec<_> = in_flight.lock().expect("in flight").drain().collect();
-    eprintln!("nestbox mcp: {why}: stopping ({} call(s) dropped)", running.len());
+    eprintln!(
+        "nestbox mcp: {why}: stopping ({} call(s) dropped)",
+        running.len()
+    );
     for (_, task) in running {
         task.abort();
     }

@@ -102,10 +102,9 @@ impl Tools {
         };
         match outcome {
             Ok(v) => tool_result(v, false),
-            Err(Failure::Args(msg)) => tool_result(
-                json!({"error": "invalid_arguments", "message": msg}),
-                true,
-            ),
+            Err(Failure::Args(msg)) => {
+                tool_result(json!({"error": "invalid_arguments", "message": msg}), true)
+            }
             Err(Failure::Call(CallError::Denied(d))) => {
                 eprintln!("nestbox mcp: step {} refused: {}", d.step_id, d.message);
                 tool_result(
@@ -113,27 +112,33 @@ impl Tools {
                     true,
                 )
             }
-            Err(Failure::Call(CallError::Exec(e))) => tool_result(
-                json!({"error": "backend", "message": e.to_string()}),
-                true,
-            ),
+            Err(Failure::Call(CallError::Exec(e))) => {
+                tool_result(json!({"error": "backend", "message": e.to_string()}), true)
+            }
         }
     }
 
     async fn run(&self, args: Value) -> Result<Value, Failure> {
         let a = Args::new(args, &["command", "workdir", "timeout", "background"])?;
-        let command = a.string("command")?.ok_or_else(|| arg_error("`command` is required"))?;
+        let command = a
+            .string("command")?
+            .ok_or_else(|| arg_error("`command` is required"))?;
         let background = a.bool("background")?.unwrap_or(false);
         let mut step = Step::shell(&self.session.shell(), &command);
         step.spec.env = self.defaults.env.clone();
-        step.spec.workdir = a.string("workdir")?.or_else(|| self.defaults.workdir.clone());
+        step.spec.workdir = a
+            .string("workdir")?
+            .or_else(|| self.defaults.workdir.clone());
         step.spec.timeout = a
             .seconds("timeout")?
             .or(self.defaults.timeout)
             .or((!background).then_some(DEFAULT_RUN_TIMEOUT));
         if background {
             let Gated { value, clearance } = self.session.spawn("run", &step).await?;
-            eprintln!("nestbox mcp: step {} started job {value}", clearance.step_id);
+            eprintln!(
+                "nestbox mcp: step {} started job {value}",
+                clearance.step_id
+            );
             return Ok(json!({
                 "job_id": value,
                 "status": "running",
@@ -143,11 +148,14 @@ impl Tools {
             }));
         }
         let Gated { value, clearance } = self.session.run("run", &step).await?;
-        Ok(run_json(&value, json!({
-            "step_id": clearance.step_id,
-            "approval": clearance.cleared_by,
-            "findings": clearance.findings,
-        })))
+        Ok(run_json(
+            &value,
+            json!({
+                "step_id": clearance.step_id,
+                "approval": clearance.cleared_by,
+                "findings": clearance.findings,
+            }),
+        ))
     }
 
     async fn process(&self, args: Value) -> Result<Value, Failure> {
@@ -155,7 +163,9 @@ impl Tools {
             args,
             &["action", "job_id", "stream", "offset", "limit", "timeout"],
         )?;
-        let action = a.string("action")?.ok_or_else(|| arg_error("`action` is required"))?;
+        let action = a
+            .string("action")?
+            .ok_or_else(|| arg_error("`action` is required"))?;
         let job = || -> Result<JobId, Failure> {
             let id = a
                 .string("job_id")?
@@ -170,7 +180,11 @@ impl Tools {
                 stream: match a.string("stream")?.as_deref() {
                     None | Some("stdout") => Stream::Stdout,
                     Some("stderr") => Stream::Stderr,
-                    Some(other) => return Err(arg_error(format!("`stream` is stdout or stderr, not `{other}`"))),
+                    Some(other) => {
+                        return Err(arg_error(format!(
+                            "`stream` is stdout or stderr, not `{other}`"
+                        )));
+                    }
                 },
                 offset: a.uint("offset")?.unwrap_or(0),
                 limit: a
@@ -312,9 +326,7 @@ impl Args {
         match self.get(k) {
             None => Ok(None),
             Some(v) => match v.as_f64() {
-                Some(s) if s.is_finite() && s >= 0.0 && s <= 1e7 => {
-                    Ok(Some(Duration::from_secs_f64(s)))
-                }
+                Some(s) if (0.0..=1e7).contains(&s) => Ok(Some(Duration::from_secs_f64(s))),
                 _ => Err(arg_error(format!("`{k}` must be a number of seconds"))),
             },
         }

@@ -37,7 +37,10 @@ fn a_run_through_the_python_sdk_is_caged_and_reports_both_streams() {
     assert_eq!(s["exit_code"], 0);
     assert_eq!(s["stdout"]["text"], "hello\nrc=1\n");
     assert!(
-        s["stderr"]["text"].as_str().unwrap().contains("Permission denied"),
+        s["stderr"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Permission denied"),
         "{s}"
     );
     assert_eq!(s["approval"], "clean");
@@ -69,7 +72,10 @@ fn a_dangerous_command_comes_back_as_a_tool_error_naming_the_rule() {
 
     let r = step(&seen, "needs_approval");
     assert_eq!(r["isError"], true);
-    assert_eq!(r["structuredContent"]["refused"]["cause"]["kind"], "needs_approval");
+    assert_eq!(
+        r["structuredContent"]["refused"]["cause"]["kind"],
+        "needs_approval"
+    );
     assert_eq!(
         r["structuredContent"]["refused"]["findings"][0]["id"],
         "git.force_push"

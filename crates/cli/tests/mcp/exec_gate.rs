@@ -32,12 +32,26 @@ fn exec_with_approve_runs_approvable_commands_but_never_hardline_ones() {
     let w = tempfile::tempdir().unwrap();
     let out = exec(
         w.path(),
-        &["--approval", "approve", "--", "sh", "-c", "echo approved; git clean -n -f"],
+        &[
+            "--approval",
+            "approve",
+            "--",
+            "sh",
+            "-c",
+            "echo approved; git clean -n -f",
+        ],
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("approved"));
     let out = exec(
         w.path(),
-        &["--approval", "approve", "--", "sh", "-c", "rm -rf / ; echo ran"],
+        &[
+            "--approval",
+            "approve",
+            "--",
+            "sh",
+            "-c",
+            "rm -rf / ; echo ran",
+        ],
     );
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("rm.recursive_root"));
@@ -47,7 +61,10 @@ fn exec_with_approve_runs_approvable_commands_but_never_hardline_ones() {
 #[test]
 fn exec_prints_a_refusal_as_json_with_json() {
     let w = tempfile::tempdir().unwrap();
-    let out = exec(w.path(), &["--json", "--", "git", "push", "--force", "origin", "main"]);
+    let out = exec(
+        w.path(),
+        &["--json", "--", "git", "push", "--force", "origin", "main"],
+    );
     assert_eq!(out.status.code(), Some(125));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["refused"]["cause"]["kind"], "needs_approval");

@@ -57,14 +57,27 @@ fn stdout_carries_only_json_rpc_frames() {
     }
     drop(stdin);
     let mut stdout = String::new();
-    child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() {
-        assert!(start.elapsed() < Duration::from_secs(60), "the server did not exit");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the server did not exit"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
 
     let mut ids = Vec::new();
     for line in stdout.lines() {
@@ -80,7 +93,16 @@ fn stdout_carries_only_json_rpc_frames() {
     ids.sort_by_key(|v| v.as_i64().unwrap_or(0));
     assert_eq!(
         ids,
-        [Value::Null, json!(1), json!(2), json!(3), json!(4), json!(5), json!(6), json!(7)],
+        [
+            Value::Null,
+            json!(1),
+            json!(2),
+            json!(3),
+            json!(4),
+            json!(5),
+            json!(6),
+            json!(7)
+        ],
         "one answer per request (the parse error has id null); stdout:\n{stdout:.2000}"
     );
     assert!(!stdout.contains("hook noise"));
@@ -90,5 +112,8 @@ fn stdout_carries_only_json_rpc_frames() {
         .lines()
         .find(|l| l.contains("\"id\":3"))
         .expect("answer 3");
-    assert!(big.contains("20000\\n"), "the command's output is inside the frame");
+    assert!(
+        big.contains("20000\\n"),
+        "the command's output is inside the frame"
+    );
 }

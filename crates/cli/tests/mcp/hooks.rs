@@ -22,13 +22,23 @@ fn the_example_hook_refuses_a_push_to_main_through_mcp_and_logs_every_call() {
         let out = output_within(
             Command::new(sdk_python())
                 .arg(script)
-                .args(["run", nestbox().to_str().unwrap(), "--backend", "local", "--hook"])
+                .args([
+                    "run",
+                    nestbox().to_str().unwrap(),
+                    "--backend",
+                    "local",
+                    "--hook",
+                ])
                 .arg(example_hook())
                 .env("NESTBOX_HOOK_LOG", &log)
                 .current_dir(work.path()),
             Duration::from_secs(120),
         );
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     // The force push to main: the guard would ask, but the hook's deny comes first.

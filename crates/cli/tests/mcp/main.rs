@@ -2,6 +2,7 @@
 //! `mcp` from PyPI, installed into a venv by scripts/install-test-deps.sh), the raw protocol
 //! on its pipes, the example hook, and `nestbox exec` behind the same gate.
 
+mod cli_docs;
 mod client;
 mod exec_gate;
 mod frames;

@@ -92,7 +92,11 @@ pub fn converse<S: Read + Write + AsFd>(
         "Allow? {choices} (no default; deny in {} s): ",
         timeout.as_secs()
     ));
-    if io.write_all(text.as_bytes()).and_then(|_| io.flush()).is_err() {
+    if io
+        .write_all(text.as_bytes())
+        .and_then(|_| io.flush())
+        .is_err()
+    {
         return Answer::Unavailable("cannot write to the terminal".into());
     }
     let mut pending = Vec::new();
@@ -116,7 +120,11 @@ pub fn converse<S: Read + Write + AsFd>(
             return Answer::Chose(c);
         }
         let again = format!("Please type one of {choices}: ");
-        if io.write_all(again.as_bytes()).and_then(|_| io.flush()).is_err() {
+        if io
+            .write_all(again.as_bytes())
+            .and_then(|_| io.flush())
+            .is_err()
+        {
             return Answer::Unavailable("cannot write to the terminal".into());
         }
     }

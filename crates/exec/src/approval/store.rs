@@ -149,7 +149,9 @@ impl ApprovalStore {
         let text = serde_json::to_string_pretty(&data).expect("approvals serialize");
         // Written next to the file and renamed over it, so a crash never leaves half a file;
         // the lock on the old file still keeps other writers out until we are done.
-        let tmp = self.path.with_extension(format!("tmp{}", std::process::id()));
+        let tmp = self
+            .path
+            .with_extension(format!("tmp{}", std::process::id()));
         let mut t = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -218,7 +220,10 @@ mod tests {
         let store = ApprovalStore::at(dir.path().join("sub/approvals.json"));
         let k = keys("git push --force origin feature");
         store.add(&k, "git push --force origin feature").unwrap();
-        let mode = std::fs::metadata(store.path()).unwrap().permissions().mode();
+        let mode = std::fs::metadata(store.path())
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         assert!(store.contains(&k[0]).unwrap());
         assert!(

@@ -14,7 +14,11 @@ use crate::common::*;
 #[tokio::test]
 async fn clean_commands_run_in_every_mode_without_asking() {
     let d = scratch();
-    for mode in [ApprovalMode::Deny, ApprovalMode::Approve, ApprovalMode::Interactive] {
+    for mode in [
+        ApprovalMode::Deny,
+        ApprovalMode::Approve,
+        ApprovalMode::Interactive,
+    ] {
         let asker = Scripted::new(vec![]);
         let gate = Gate::new(mode, &cage(d.path())).with_approver(asker.clone());
         let c = gate.check(&run("cargo test --locked")).await.unwrap();
@@ -27,7 +31,10 @@ async fn clean_commands_run_in_every_mode_without_asking() {
 async fn deny_mode_refuses_what_needs_approval_and_says_what_and_why() {
     let d = scratch();
     let gate = Gate::new(ApprovalMode::Deny, &cage(d.path()));
-    let e = gate.check(&run("git push --force origin main")).await.unwrap_err();
+    let e = gate
+        .check(&run("git push --force origin main"))
+        .await
+        .unwrap_err();
     assert_eq!(e.cause, DenialCause::NeedsApproval);
     assert!(e.message.contains("git.force_push"), "{}", e.message);
     assert_eq!(e.findings[0].matched, "git push --force origin main");
@@ -39,7 +46,10 @@ async fn approve_mode_approves_approval_findings_but_never_hardline_ones() {
     let gate = Gate::new(ApprovalMode::Approve, &cage(d.path()));
     let c = gate.check(&run("git reset --hard HEAD~3")).await.unwrap();
     assert_eq!(c.cleared_by, ClearedBy::ApproveMode);
-    let e = gate.check(&run("sudo rm -rf --no-preserve-root /")).await.unwrap_err();
+    let e = gate
+        .check(&run("sudo rm -rf --no-preserve-root /"))
+        .await
+        .unwrap_err();
     assert_eq!(e.cause, DenialCause::Hardline);
     assert!(e.message.contains("rm.recursive_root"), "{}", e.message);
     assert!(e.message.contains("Do not retry"), "{}", e.message);
@@ -57,7 +67,10 @@ async fn commands_the_guard_cannot_parse_need_approval() {
 #[tokio::test]
 async fn interactive_once_approves_this_call_only() {
     let d = scratch();
-    let asker = Scripted::new(vec![Answer::Chose(Choice::Once), Answer::Chose(Choice::Deny)]);
+    let asker = Scripted::new(vec![
+        Answer::Chose(Choice::Once),
+        Answer::Chose(Choice::Deny),
+    ]);
     let gate = Gate::new(ApprovalMode::Interactive, &cage(d.path())).with_approver(asker.clone());
     let c = gate.check(&run("git clean -fdx")).await.unwrap();
     assert_eq!(c.cleared_by, ClearedBy::Once);
@@ -74,16 +87,29 @@ async fn interactive_session_approves_the_same_pattern_for_the_rest_of_the_sessi
     let d = scratch();
     let asker = Scripted::new(vec![Answer::Chose(Choice::Session)]);
     let gate = Gate::new(ApprovalMode::Interactive, &cage(d.path())).with_approver(asker.clone());
-    gate.check(&run("git push --force origin feature")).await.unwrap();
-    let again = gate.check(&run("git  push '--force' origin feature")).await.unwrap();
+    gate.check(&run("git push --force origin feature"))
+        .await
+        .unwrap();
+    let again = gate
+        .check(&run("git  push '--force' origin feature"))
+        .await
+        .unwrap();
     assert_eq!(again.cleared_by, ClearedBy::Remembered);
     assert_eq!(asker.times_asked(), 1);
     // A different target is a different pattern: asked again (and the script has no answer).
-    let e = gate.check(&run("git push --force origin main")).await.unwrap_err();
+    let e = gate
+        .check(&run("git push --force origin main"))
+        .await
+        .unwrap_err();
     assert_eq!(e.cause, DenialCause::NoOneToAsk);
     // A new session remembers nothing.
     let fresh = Gate::new(ApprovalMode::Deny, &cage(d.path()));
-    assert!(fresh.check(&run("git push --force origin feature")).await.is_err());
+    assert!(
+        fresh
+            .check(&run("git push --force origin feature"))
+            .await
+            .is_err()
+    );
 }
 
 #[tokio::test]
@@ -96,12 +122,18 @@ async fn interactive_always_stores_the_precise_pattern_for_later_sessions() {
         .with_store(store.clone())
         .with_approver(asker);
     assert_eq!(
-        gate.check(&run("chmod -R 777 ./shared")).await.unwrap().cleared_by,
+        gate.check(&run("chmod -R 777 ./shared"))
+            .await
+            .unwrap()
+            .cleared_by,
         ClearedBy::Always
     );
     let stored = store.list().unwrap();
     assert_eq!(stored.len(), 1);
-    assert_eq!(stored[0].key, "perms.world_writable_recursive chmod -R 777 ./shared");
+    assert_eq!(
+        stored[0].key,
+        "perms.world_writable_recursive chmod -R 777 ./shared"
+    );
 
     let later = Gate::new(ApprovalMode::Deny, &cage(d.path())).with_store(store.clone());
     let c = later.check(&run("chmod -R 777 ./shared")).await.unwrap();
@@ -118,12 +150,18 @@ async fn a_store_the_backend_can_write_is_not_used() {
     let store = ApprovalStore::at(work.path().join(".local/share/nestbox/approvals.json"));
     store
         .add(
-            &nestbox_exec::guard::classify("git reset --hard").approval_keys().unwrap(),
+            &nestbox_exec::guard::classify("git reset --hard")
+                .approval_keys()
+                .unwrap(),
             "git reset --hard",
         )
         .unwrap();
     let gate = Gate::new(ApprovalMode::Deny, &cage(work.path())).with_store(store);
-    assert!(gate.warnings()[0].contains("not using the approvals file"), "{:?}", gate.warnings());
+    assert!(
+        gate.warnings()[0].contains("not using the approvals file"),
+        "{:?}",
+        gate.warnings()
+    );
     assert!(gate.check(&run("git reset --hard")).await.is_err());
 }
 
@@ -166,11 +204,18 @@ async fn a_hooks_ask_can_be_approved_once_but_not_remembered() {
 #[tokio::test]
 async fn a_container_with_no_host_exposure_waives_local_effects_only() {
     let gate = Gate::new(ApprovalMode::Deny, &sealed_container());
-    let c = gate.check(&run("rm -rf ~ && git reset --hard")).await.unwrap();
+    let c = gate
+        .check(&run("rm -rf ~ && git reset --hard"))
+        .await
+        .unwrap();
     assert_eq!(c.cleared_by, ClearedBy::Confined);
     assert!(c.findings.iter().all(|f| f.confined));
     // A remote effect still needs approval; a hardline finding is still refused.
-    assert!(gate.check(&run("git push --force origin main")).await.is_err());
+    assert!(
+        gate.check(&run("git push --force origin main"))
+            .await
+            .is_err()
+    );
     let e = gate.check(&run("rm -rf /")).await.unwrap_err();
     assert_eq!(e.cause, DenialCause::Hardline);
 }
@@ -190,7 +235,8 @@ async fn the_terminal_prompt_works_on_a_real_terminal_and_ignores_type_ahead() {
         device: slave_path.into(),
         timeout: Duration::from_secs(10),
     };
-    let gate = Gate::new(ApprovalMode::Interactive, &cage(d.path())).with_approver(Arc::new(prompt));
+    let gate =
+        Gate::new(ApprovalMode::Interactive, &cage(d.path())).with_approver(Arc::new(prompt));
     let mut master = std::fs::File::from(master);
     // Typed before the prompt appears: must not count as an answer.
     master.write_all(b"o\n").unwrap();
@@ -209,7 +255,10 @@ async fn the_terminal_prompt_works_on_a_real_terminal_and_ignores_type_ahead() {
     let shown = person.join().unwrap();
     assert_eq!(e.cause, DenialCause::UserDenied, "{shown}");
     assert!(shown.contains("git.reset_hard"), "{shown}");
-    assert!(shown.contains("[o]nce [s]ession [a]lways [d]eny"), "{shown}");
+    assert!(
+        shown.contains("[o]nce [s]ession [a]lways [d]eny"),
+        "{shown}"
+    );
 }
 
 /// A pseudo-terminal pair: the master end, and the slave's path.

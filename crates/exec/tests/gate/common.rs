@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use nestbox_exec::approval::{Answer, ApprovalRequest};
 use nestbox_exec::{
-    Approver, BackendKind, BoxFuture, Cancellation, Descriptor, ExposedPath, ExposureSource,
-    HostExposure, Hook, Isolation, ToolCall,
+    Approver, BackendKind, BoxFuture, Cancellation, Descriptor, ExposedPath, ExposureSource, Hook,
+    HostExposure, Isolation, ToolCall,
 };
 
 /// A descriptor like the local cage's: the working directory is the host's.

@@ -13,8 +13,11 @@ const ALLOW: &str = "cat >/dev/null; echo '{\"decision\":\"allow\"}'";
 #[tokio::test]
 async fn a_hook_that_allows_lets_a_clean_command_through() {
     let d = scratch();
-    let gate = Gate::new(ApprovalMode::Deny, &cage(d.path()))
-        .with_hooks([hook_script(d.path(), "allow", ALLOW)]);
+    let gate = Gate::new(ApprovalMode::Deny, &cage(d.path())).with_hooks([hook_script(
+        d.path(),
+        "allow",
+        ALLOW,
+    )]);
     let c = gate.check(&run("ls -la")).await.unwrap();
     assert_eq!(c.cleared_by, ClearedBy::Clean);
 }
@@ -37,14 +40,20 @@ async fn a_hook_that_denies_refuses_with_its_reason() {
 async fn a_hook_that_asks_sends_the_call_to_approval() {
     let d = scratch();
     let ask = "cat >/dev/null; echo '{\"decision\":\"ask\",\"reason\":\"deploy script\"}'";
-    let denied = Gate::new(ApprovalMode::Deny, &cage(d.path()))
-        .with_hooks([hook_script(d.path(), "ask", ask)]);
+    let denied = Gate::new(ApprovalMode::Deny, &cage(d.path())).with_hooks([hook_script(
+        d.path(),
+        "ask",
+        ask,
+    )]);
     let e = denied.check(&run("./deploy.sh")).await.unwrap_err();
     assert_eq!(e.cause, DenialCause::NeedsApproval);
     assert!(e.message.contains("deploy script"), "{}", e.message);
 
-    let approved = Gate::new(ApprovalMode::Approve, &cage(d.path()))
-        .with_hooks([hook_script(d.path(), "ask2", ask)]);
+    let approved = Gate::new(ApprovalMode::Approve, &cage(d.path())).with_hooks([hook_script(
+        d.path(),
+        "ask2",
+        ask,
+    )]);
     let c = approved.check(&run("./deploy.sh")).await.unwrap();
     assert_eq!(c.cleared_by, ClearedBy::ApproveMode);
 }
@@ -56,11 +65,20 @@ async fn a_hook_that_prints_garbage_denies() {
         ("text", "cat >/dev/null; echo allow"),
         ("empty", "cat >/dev/null"),
         ("unknown", "cat >/dev/null; echo '{\"decision\":\"yes\"}'"),
-        ("two", "cat >/dev/null; echo '{\"decision\":\"allow\"}{\"decision\":\"allow\"}'"),
-        ("huge", "cat >/dev/null; head -c 200000 /dev/zero | tr '\\0' ' '; echo '{\"decision\":\"allow\"}'"),
+        (
+            "two",
+            "cat >/dev/null; echo '{\"decision\":\"allow\"}{\"decision\":\"allow\"}'",
+        ),
+        (
+            "huge",
+            "cat >/dev/null; head -c 200000 /dev/zero | tr '\\0' ' '; echo '{\"decision\":\"allow\"}'",
+        ),
     ] {
-        let gate = Gate::new(ApprovalMode::Approve, &cage(d.path()))
-            .with_hooks([hook_script(d.path(), name, body)]);
+        let gate = Gate::new(ApprovalMode::Approve, &cage(d.path())).with_hooks([hook_script(
+            d.path(),
+            name,
+            body,
+        )]);
         let e = gate.check(&run("ls")).await.unwrap_err();
         assert!(matches!(e.cause, DenialCause::Hook { .. }), "{name}: {e:?}");
         assert!(e.message.contains("failed"), "{name}: {}", e.message);
@@ -71,13 +89,26 @@ async fn a_hook_that_prints_garbage_denies() {
 async fn a_hook_that_crashes_or_exits_non_zero_denies_even_after_allowing() {
     let d = scratch();
     for (name, body) in [
-        ("exit3", "cat >/dev/null; echo '{\"decision\":\"allow\"}'; exit 3"),
-        ("segv", "cat >/dev/null; echo '{\"decision\":\"allow\"}'; kill -SEGV $$"),
+        (
+            "exit3",
+            "cat >/dev/null; echo '{\"decision\":\"allow\"}'; exit 3",
+        ),
+        (
+            "segv",
+            "cat >/dev/null; echo '{\"decision\":\"allow\"}'; kill -SEGV $$",
+        ),
     ] {
-        let gate = Gate::new(ApprovalMode::Approve, &cage(d.path()))
-            .with_hooks([hook_script(d.path(), name, body)]);
+        let gate = Gate::new(ApprovalMode::Approve, &cage(d.path())).with_hooks([hook_script(
+            d.path(),
+            name,
+            body,
+        )]);
         let e = gate.check(&run("ls")).await.unwrap_err();
-        assert!(e.message.contains("exited with status"), "{name}: {}", e.message);
+        assert!(
+            e.message.contains("exited with status"),
+            "{name}: {}",
+            e.message
+        );
     }
 }
 
@@ -104,13 +135,20 @@ async fn a_hook_that_times_out_denies_and_its_children_are_killed() {
     let start = Instant::now();
     let e = gate.check(&run("ls")).await.unwrap_err();
     assert!(start.elapsed() < Duration::from_secs(5));
-    assert!(e.message.contains("no answer within 300 ms"), "{}", e.message);
+    assert!(
+        e.message.contains("no answer within 300 ms"),
+        "{}",
+        e.message
+    );
     let needle = format!("sleep {marker}");
     let deadline = Instant::now() + Duration::from_secs(5);
     while still_running(&needle) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!still_running(&needle), "the hook's child survived its timeout");
+    assert!(
+        !still_running(&needle),
+        "the hook's child survived its timeout"
+    );
 }
 
 fn still_running(needle: &str) -> bool {
@@ -144,7 +182,8 @@ async fn with_several_hooks_any_deny_wins_and_every_hook_still_sees_the_call() {
         "asker",
         "cat >/dev/null; echo '{\"decision\":\"ask\"}'",
     );
-    let gate = Gate::new(ApprovalMode::Approve, &cage(d.path())).with_hooks([asker, denier, logger]);
+    let gate =
+        Gate::new(ApprovalMode::Approve, &cage(d.path())).with_hooks([asker, denier, logger]);
     let e = gate.check(&run("make test")).await.unwrap_err();
     assert!(e.message.contains("second says no"), "{}", e.message);
     let seen = std::fs::read_to_string(&log).unwrap();
@@ -202,8 +241,11 @@ async fn hooks_see_hardline_calls_but_cannot_allow_them() {
 #[tokio::test]
 async fn a_hooks_allow_does_not_skip_approval_of_guard_findings() {
     let d = scratch();
-    let gate = Gate::new(ApprovalMode::Deny, &cage(d.path()))
-        .with_hooks([hook_script(d.path(), "allow", ALLOW)]);
+    let gate = Gate::new(ApprovalMode::Deny, &cage(d.path())).with_hooks([hook_script(
+        d.path(),
+        "allow",
+        ALLOW,
+    )]);
     let e = gate.check(&run("git reset --hard")).await.unwrap_err();
     assert_eq!(e.cause, DenialCause::NeedsApproval);
 }
@@ -215,7 +257,10 @@ async fn job_operations_go_to_hooks_too() {
     let h = hook_script(
         d.path(),
         "record",
-        &format!("cat > {}; echo '{{\"decision\":\"deny\",\"reason\":\"no kills\"}}'", log.display()),
+        &format!(
+            "cat > {}; echo '{{\"decision\":\"deny\",\"reason\":\"no kills\"}}'",
+            log.display()
+        ),
     );
     let gate = Gate::new(ApprovalMode::Approve, &cage(d.path())).with_hooks([h]);
     let call = nestbox_exec::ToolCall {

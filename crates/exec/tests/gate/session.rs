@@ -66,7 +66,11 @@ async fn an_allowed_command_runs_caged_and_says_how_it_got_through() {
         .await
         .unwrap();
     assert_eq!(r.value.stdout.text(), "hi\n");
-    assert_ne!(r.value.exit_code, Some(0), "the cage let /etc/shadow be read");
+    assert_ne!(
+        r.value.exit_code,
+        Some(0),
+        "the cage let /etc/shadow be read"
+    );
     assert_eq!(r.clearance.cleared_by, nestbox_exec::ClearedBy::Clean);
 }
 
@@ -108,5 +112,8 @@ async fn background_jobs_are_listed_and_waited_for_through_the_session() {
     let ProcessAnswer::Status(st) = waited else {
         panic!("not a status")
     };
-    assert!(matches!(st.state, JobState::Finished { exit_code: 0, .. }), "{st:?}");
+    assert!(
+        matches!(st.state, JobState::Finished { exit_code: 0, .. }),
+        "{st:?}"
+    );
 }
