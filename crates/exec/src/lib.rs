@@ -3,7 +3,7 @@
 //! One interface to run an agent's commands on a backend, and the guard that judges commands
 //! before they run.
 //!
-//! An agent (a library caller, `nestbox exec`, later the MCP server) hands a [`CommandSpec`] to
+//! An agent (a library caller, `nestbox exec`, the MCP server) hands a [`CommandSpec`] to
 //! a [`Backend`] and gets the same typed answer whatever the backend: a [`RunResult`] with the
 //! exit code, standard output and standard error kept apart and bounded while they are read
 //! (head and tail in memory, the whole stream in a spill file whose path the result carries),
@@ -54,7 +54,7 @@
 //! # Ok::<(), nestbox_exec::ExecError>(())
 //! ```
 //!
-//! ## The guard
+//! ## The guard (and the gate in front of every backend)
 //!
 //! Every command goes through the [`guard`] first. The guard classifies the *parsed* command,
 //! not its text. Regular expressions over shell text fail both ways, and Hermes Agent's history
