@@ -8,6 +8,7 @@ mod refusal;
 mod request;
 pub mod sni;
 mod splice;
+mod this_host;
 mod tunnel;
 
 use std::cell::Cell;
@@ -62,9 +63,12 @@ pub enum ServeError {
 /// On return, every connection still open is closed and gets its audit line.
 pub fn serve(
     listener: std::net::TcpListener,
-    config: RelayConfig,
+    mut config: RelayConfig,
     lifecycle: Lifecycle,
 ) -> Result<(), ServeError> {
+    config
+        .allowlist
+        .set_this_host(this_host::interface_addresses());
     if let Err(e) = raise_nofile_limit() {
         warn(&format!("could not raise the open-file limit: {e}"));
     }

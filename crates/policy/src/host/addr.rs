@@ -138,6 +138,9 @@ pub enum AddrClass {
     Multicast,
     /// `255.255.255.255`.
     Broadcast,
+    /// An address of one of this machine's own interfaces (its services listening on all
+    /// addresses are reachable there, like on loopback). Known to the relay, not to [`classify`].
+    ThisHost,
 }
 
 impl AddrClass {
@@ -151,6 +154,7 @@ impl AddrClass {
             AddrClass::Private => "private_address",
             AddrClass::Multicast => "multicast_address",
             AddrClass::Broadcast => "broadcast_address",
+            AddrClass::ThisHost => "this_host_address",
         }
     }
 
@@ -164,6 +168,7 @@ impl AddrClass {
             AddrClass::Private => "a private-network address",
             AddrClass::Multicast => "a multicast address",
             AddrClass::Broadcast => "the broadcast address",
+            AddrClass::ThisHost => "an address of this machine",
         }
     }
 
@@ -192,15 +197,24 @@ const METADATA_V6: &[u128] = &[
 
 /// The class of `addr`, or `None` for an ordinary address the relay may dial.
 ///
-/// IPv4-mapped IPv6 is unwrapped first, and so is the NAT64 well-known prefix `64:ff9b::/96`
-/// (on a NAT64 network `64:ff9b::7f00:1` is translated to 127.0.0.1 by the gateway).
+/// IPv6 forms that carry an IPv4 address are judged by that address: IPv4-mapped
+/// (`::ffff:a.b.c.d`, unwrapped first), IPv4-compatible (`::a.b.c.d`), the NAT64 well-known
+/// prefix `64:ff9b::/96` (on a NAT64 network `64:ff9b::7f00:1` is translated to 127.0.0.1),
+/// and 6to4 (`2002:aabb:ccdd::/48`). The local-use NAT64 prefix `64:ff9b:1::/48` is private.
 pub fn classify(addr: IpAddr) -> Option<AddrClass> {
     match canonical(addr) {
         IpAddr::V4(v4) => classify_v4(v4),
         IpAddr::V6(v6) => {
             let bits = u128::from(v6);
-            if bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000 {
+            if bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000 || (bits >> 32 == 0 && bits > 1) {
                 return classify_v4(Ipv4Addr::from(bits as u32));
+            }
+            if bits >> 112 == 0x2002 {
+                let embedded = Ipv4Addr::from((bits >> 80) as u32);
+                return classify_v4(embedded);
+            }
+            if bits >> 80 == 0x0064_ff9b_0001 {
+                return Some(AddrClass::Private);
             }
             classify_v6(v6)
         }
@@ -319,6 +333,20 @@ mod tests {
         assert_eq!(class("64:ff9b::7f00:1"), Some(AddrClass::Loopback));
         assert_eq!(class("64:ff9b::a9fe:a9fe"), Some(AddrClass::Metadata));
         assert_eq!(class("64:ff9b::808:808"), None);
+        assert_eq!(
+            class("::7f00:1"),
+            Some(AddrClass::Loopback),
+            "IPv4-compatible"
+        );
+        assert_eq!(class("::a9fe:a9fe"), Some(AddrClass::Metadata));
+        assert_eq!(class("2002:7f00:1::1"), Some(AddrClass::Loopback), "6to4");
+        assert_eq!(class("2002:a9fe:a9fe::"), Some(AddrClass::Metadata));
+        assert_eq!(class("2002:808:808::1"), None);
+        assert_eq!(
+            class("64:ff9b:1::a00:1"),
+            Some(AddrClass::Private),
+            "local NAT64"
+        );
     }
 
     #[test]

@@ -100,9 +100,17 @@ pub enum AddrVerdict<'a> {
 pub struct Allowlist {
     allow: Vec<Rule>,
     deny: Vec<Rule>,
+    /// Addresses of this machine's interfaces, refused like loopback (set by the relay).
+    this_host: Vec<IpAddr>,
 }
 
 impl Allowlist {
+    /// Tells the list this machine's own interface addresses: they are refused like loopback
+    /// (a service listening on all addresses answers there too) unless an entry names them.
+    pub fn set_this_host(&mut self, addrs: Vec<IpAddr>) {
+        self.this_host = addrs.into_iter().map(canonical).collect();
+    }
+
     /// An empty list: every host is refused.
     pub fn new() -> Allowlist {
         Allowlist::default()
@@ -192,7 +200,11 @@ impl Allowlist {
         {
             return AddrVerdict::Denied(rule);
         }
-        let Some(class) = classify(addr) else {
+        let Some(class) = classify(addr).or_else(|| {
+            self.this_host
+                .contains(&addr)
+                .then_some(AddrClass::ThisHost)
+        }) else {
             return AddrVerdict::Ordinary;
         };
         // Only an entry the user wrote opens a refused class: a preset's hosts come from

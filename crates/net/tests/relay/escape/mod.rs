@@ -14,4 +14,5 @@ mod oversized_head;
 mod request_line;
 mod slowloris;
 mod sni_mismatch;
+mod this_host;
 mod wildcard_apex;
