@@ -17,8 +17,8 @@ PACKAGES=(
   busybox-static   # the localhost/busybox image, built without a registry
   openssh-server   # the private sshd on 127.0.0.1
   openssh-client   # ssh with ControlMaster
-  curl             # a real client through the relay
-  iproute2         # ip: the relay tests find this machine's own address; the service scripts talk to the engines' sockets
+  curl             # a real client through the relay; the service scripts talk to the engines' sockets
+  iproute2         # ip: the relay tests find this machine's own address
   python3-pip      # pip download through the relay
   tinyproxy        # the real upstream proxy the relay chains through
   openssl          # TLS servers (openssl s_server) in the relay tests
