@@ -111,11 +111,6 @@ fn caller_home(caller_env: &[(OsString, OsString)]) -> Option<PathBuf> {
         .filter(|p| p.is_absolute())
 }
 
-fn canonical_fd_path(fd: &impl AsFd) -> Option<PathBuf> {
-    use std::os::fd::AsRawFd;
-    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd())).ok()
-}
-
 /// Finds the program: a name with a `/` is taken as a path (relative to the working directory),
 /// anything else is searched in the step's own `PATH`.
 fn find_program(name: &OsString, workdir: &Path, path: &OsString) -> Result<PathBuf, CageError> {
@@ -380,7 +375,7 @@ impl PreparedStep {
         let exec_roots: Vec<PathBuf> = resolved
             .iter()
             .filter(|r| r.access == Access::Exec)
-            .filter_map(|r| canonical_fd_path(&r.fd))
+            .map(|r| r.path.clone())
             .collect();
         let not_on_path = vec![workdir.clone(), dir.root().to_path_buf()];
 

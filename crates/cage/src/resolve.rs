@@ -93,6 +93,11 @@ pub fn open_dir(path: &Path) -> Result<OwnedFd, CageError> {
     open_path(path).map_err(|e| crate::error::setup(&format!("opening {}", path.display()), e))
 }
 
+/// Where an opened path really is (symlinks resolved), as the kernel reports it.
+fn real_path(fd: &OwnedFd) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
+}
+
 fn is_dir(fd: &OwnedFd) -> io::Result<bool> {
     // SAFETY: stat is plain data; fstat fills it.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -158,16 +163,32 @@ pub fn resolve(
     } else {
         vec![path]
     };
+    // A relative entry names something inside the working directory: the repository the step
+    // runs could have made it a symlink to anywhere (`./target -> /root`), so it must stay
+    // inside once resolved.
+    let relative = !rule.path.starts_with('/') && !rule.path.starts_with('~');
     for path in candidates {
         let opened = open_path(&path).and_then(|fd| Ok((is_dir(&fd)?, fd)));
         match opened {
-            Ok((is_dir, fd)) => out.push(ResolvedPath {
-                path,
-                fd,
-                is_dir,
-                access: rule.access,
-                origin: rule.origin.clone(),
-            }),
+            Ok((is_dir, fd)) => {
+                let real = real_path(&fd).unwrap_or_else(|| path.clone());
+                if relative && !real.starts_with(ctx.workdir) {
+                    return Err(CageError::Policy(format!(
+                        "{}: {key} entry `{}` resolves to {}, outside the working directory {} (through a symlink); name the target itself if you mean to grant it",
+                        rule.origin,
+                        rule.path,
+                        real.display(),
+                        ctx.workdir.display()
+                    )));
+                }
+                out.push(ResolvedPath {
+                    path: real,
+                    fd,
+                    is_dir,
+                    access: rule.access,
+                    origin: rule.origin.clone(),
+                })
+            }
             Err(e) if rule.optional => skipped.push(SkippedPath {
                 path: path.display().to_string(),
                 origin: rule.origin.to_string(),
@@ -220,6 +241,36 @@ mod tests {
         assert!(!wildcard_match(b"python3*", b"python2"));
         assert!(wildcard_match(b"*.conf", b"a.conf"));
         assert!(!wildcard_match(b"*.conf", b"a.conf.bak"));
+    }
+
+    #[test]
+    fn a_relative_entry_may_not_leave_the_working_directory_through_a_symlink() {
+        let work = tempfile::tempdir().unwrap();
+        let work_path = std::fs::canonicalize(work.path()).unwrap();
+        std::os::unix::fs::symlink("/usr", work_path.join("target")).unwrap();
+        std::fs::create_dir(work_path.join("build")).unwrap();
+        let c = ctx(&work_path, Path::new("/"));
+        let (mut out, mut skipped) = (Vec::new(), Vec::new());
+        let rule = PathRule::parse("./target", Access::Read, Origin::Flag("--read")).unwrap();
+        let e = resolve(&rule, &c, &mut out, &mut skipped)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("resolves to /usr, outside the working directory"),
+            "{e}"
+        );
+        let rule = PathRule::parse("./build", Access::Write, Origin::Flag("--write")).unwrap();
+        resolve(&rule, &c, &mut out, &mut skipped).unwrap();
+        assert_eq!(out[0].path, work_path.join("build"));
+        // An absolute entry is the user's own choice, symlinks included.
+        let rule = PathRule::parse(
+            work_path.join("target").to_str().unwrap(),
+            Access::Read,
+            Origin::Flag("--read"),
+        )
+        .unwrap();
+        resolve(&rule, &c, &mut out, &mut skipped).unwrap();
+        assert_eq!(out[1].path, Path::new("/usr"));
     }
 
     #[test]

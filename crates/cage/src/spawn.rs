@@ -405,6 +405,13 @@ impl PreparedStep {
         let signals = launcher_signals();
         // SAFETY: blocking signals on the (single) launcher thread.
         unsafe { libc::sigprocmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) };
+        if before_exec.is_none() {
+            // No relay to start detached (whose intermediate process must not come back to
+            // us): become the subreaper before the fork, so no orphan of a child that is not
+            // held can slip past.
+            // SAFETY: plain prctl.
+            unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        }
         // SAFETY: trivial getter.
         let launcher = unsafe { libc::getpid() };
         let started = Instant::now();
