@@ -69,13 +69,16 @@
 pub mod apptainer;
 pub mod backend;
 pub mod config;
+pub mod daytona;
 pub mod docker;
 mod error;
 pub mod guard;
 mod host;
 pub mod job;
 pub mod local;
+pub mod modal;
 pub mod output;
+pub mod slurm;
 pub mod ssh;
 pub mod supervisor;
 
@@ -87,7 +90,8 @@ pub use backend::{
     Stream,
 };
 pub use config::{
-    ApptainerConfig, BackendConfig, DockerConfig, ExecConfig, HostKeyPolicy, LocalConfig,
+    ApptainerConfig, BackendConfig, DaytonaConfig, DaytonaOnClose, DockerConfig, ExecConfig,
+    HostKeyPolicy, LocalConfig, ModalConfig, ModalCredentials, ModalManaged, SlurmConfig,
     SshConfig, open,
 };
 pub use error::{ExecError, Result};

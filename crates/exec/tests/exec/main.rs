@@ -11,4 +11,5 @@ mod apptainer;
 mod docker;
 mod local;
 mod never_fall_back;
+mod slurm;
 mod ssh;
