@@ -633,7 +633,7 @@ pub async fn open(config: &ExecConfig) -> Result<Box<dyn Backend>> {
         BackendConfig::Ssh(c) => Box::new(crate::ssh::SshBackend::new(c, ctx)?),
         BackendConfig::Apptainer(c) => Box::new(crate::apptainer::ApptainerBackend::new(c, ctx)?),
         BackendConfig::Slurm(c) => Box::new(crate::slurm::SlurmBackend::new(c, ctx)?),
-        BackendConfig::Modal(c) => crate::modal::ModalBackend::new(c, ctx)?,
+        BackendConfig::Modal(c) => Box::new(crate::modal::ModalBackend::new(c, ctx)?),
         BackendConfig::Daytona(c) => crate::daytona::DaytonaBackend::new(c, ctx)?,
     };
     backend.prepare().await?;
