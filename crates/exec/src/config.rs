@@ -634,7 +634,7 @@ pub async fn open(config: &ExecConfig) -> Result<Box<dyn Backend>> {
         BackendConfig::Apptainer(c) => Box::new(crate::apptainer::ApptainerBackend::new(c, ctx)?),
         BackendConfig::Slurm(c) => Box::new(crate::slurm::SlurmBackend::new(c, ctx)?),
         BackendConfig::Modal(c) => Box::new(crate::modal::ModalBackend::new(c, ctx)?),
-        BackendConfig::Daytona(c) => crate::daytona::DaytonaBackend::new(c, ctx)?,
+        BackendConfig::Daytona(c) => Box::new(crate::daytona::DaytonaBackend::new(c, ctx)?),
     };
     backend.prepare().await?;
     Ok(backend)

@@ -9,6 +9,7 @@ mod common;
 mod fakes;
 
 mod apptainer;
+mod daytona;
 mod docker;
 mod local;
 mod modal;

@@ -3,7 +3,7 @@
 //! marked with its fake sandbox's id in its environment, so "terminate the sandbox" can end
 //! them all and the tests can look for survivors.
 
-// pub mod daytona;
+pub mod daytona;
 pub mod modal;
 
 /// Kills every process whose environment carries `NAME=value` (a fake sandbox ending).
