@@ -4,6 +4,7 @@
 set -euo pipefail
 PACKAGES=(
   python3          # probes inside the cage (/usr/bin/python3 with ctypes)
+  python3-venv     # the venv that holds the MCP Python SDK (below)
   util-linux       # setpriv (the unprivileged runs), unshare (controls)
   git              # a real tool inside the cage
   # the exec layer's integration tests run against real engines and a real sshd
@@ -24,9 +25,21 @@ PACKAGES=(
   openssl          # TLS servers (openssl s_server) in the relay tests
   ca-certificates  # TLS roots for the real registries
 )
+# The MCP tests drive `nestbox mcp` with the official MCP Python SDK (a client nobody here
+# wrote), pinned, in a venv under the cache directory (tests read NESTBOX_TEST_VENV, else this).
+MCP_SDK_VERSION=2.3.0
+install_mcp_sdk() {
+  local venv="${NESTBOX_TEST_VENV:-$HOME/.cache/nestbox-test-venv}"
+  if "$venv/bin/python" -c "import mcp, importlib.metadata as m; assert m.version('mcp') == '$MCP_SDK_VERSION'" 2>/dev/null; then
+    return
+  fi
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "mcp==$MCP_SDK_VERSION"
+}
+
 missing=()
 for p in "${PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-[ ${#missing[@]} -eq 0 ] && exit 0
+[ ${#missing[@]} -eq 0 ] && { install_mcp_sdk; exit 0; }
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 APT=($SUDO apt-get -o DPkg::Lock::Timeout=600)
@@ -34,3 +47,4 @@ for p in "${missing[@]}"; do
   if ! apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [0-9]'; then "${APT[@]}" update -qq; break; fi
 done
 "${APT[@]}" install -y --no-install-recommends "${missing[@]}" >/dev/null
+install_mcp_sdk

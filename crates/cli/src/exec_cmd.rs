@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use clap::Args;
 use nestbox_exec::{
-    ApptainerConfig, Backend, BackendConfig, BackendKind, CapturedOutput, CommandSpec,
+    ApptainerConfig, BackendConfig, BackendKind, CallError, CapturedOutput, CommandSpec,
     DaytonaConfig, DaytonaOnClose, DockerConfig, ExecConfig, ExecError, HostKeyPolicy, JobId,
-    JobState, JobStatus, LocalConfig, ModalConfig, ModalCredentials, ModalManaged, SlurmConfig,
-    SshConfig, Stream,
+    JobState, JobStatus, LocalConfig, ModalConfig, ModalCredentials, ModalManaged, ProcessOp,
+    Session, SlurmConfig, SshConfig, Step, Stream,
 };
 use nestbox_policy::units;
 
@@ -36,6 +36,9 @@ const STILL_RUNNING: i32 = 75;
   nestbox exec --config exec.toml --wait JOB --timeout 5m
   nestbox exec --config exec.toml --kill JOB
 
+Every command and job operation goes through the guard and the hooks first (see
+nestbox mcp --help and examples/hooks/); a refusal exits 125 and says which rule or hook.
+
 The backend is the one named: if it cannot be built (no engine socket, host unreachable,
 apptainer missing), nestbox exec refuses with the reason and runs nothing elsewhere.
 
@@ -44,11 +47,14 @@ Exit status: the command's own; 124 if it timed out (its whole process tree was 
 before the job ended.")]
 pub struct ExecArgs {
     #[command(flatten)]
-    flags: Box<ExecFlags>,
+    pub(crate) flags: Box<ExecFlags>,
 }
 
 #[derive(Args, Debug)]
-struct ExecFlags {
+pub(crate) struct ExecFlags {
+    #[command(flatten)]
+    pub(crate) gate: crate::gate_args::GateArgs,
+
     /// Exec configuration file (TOML, `[backend] kind = ...`); backend flags below are then not allowed.
     #[arg(long, value_name = "FILE", conflicts_with = "backend")]
     config: Option<PathBuf>,
@@ -180,20 +186,20 @@ struct ExecFlags {
     timeout: Option<String>,
     /// Start the command as a background job and print its id.
     #[arg(long)]
-    background: bool,
+    pub(crate) background: bool,
     /// Print results as JSON.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Where nestbox keeps spilled output, local jobs and leases.
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
 
     /// Print a job's status.
     #[arg(long, value_name = "JOB", group = "job_op")]
-    poll: Option<String>,
+    pub(crate) poll: Option<String>,
     /// Print a job's output from --offset (at most --limit bytes).
     #[arg(long, value_name = "JOB", group = "job_op")]
-    output: Option<String>,
+    pub(crate) output: Option<String>,
     /// Which stream --output reads: stdout or stderr.
     #[arg(long, value_name = "STREAM", default_value = "stdout")]
     stream: String,
@@ -205,17 +211,17 @@ struct ExecFlags {
     limit: usize,
     /// Wait for a job to end (or --timeout to pass) and print its status.
     #[arg(long, value_name = "JOB", group = "job_op")]
-    wait: Option<String>,
+    pub(crate) wait: Option<String>,
     /// Kill a job's whole process tree and print its final status.
     #[arg(long, value_name = "JOB", group = "job_op")]
-    kill: Option<String>,
+    pub(crate) kill: Option<String>,
     /// Delete a job's files (killing it first if it runs).
     #[arg(long, value_name = "JOB", group = "job_op")]
-    forget: Option<String>,
+    pub(crate) forget: Option<String>,
 
     /// The command and its arguments.
     #[arg(last = true, value_name = "CMD")]
-    command: Vec<OsString>,
+    pub(crate) command: Vec<OsString>,
 }
 
 /// What the user asked for.
@@ -233,7 +239,7 @@ fn usage(message: impl Into<String>) -> ExecError {
     ExecError::InvalidRequest(message.into())
 }
 
-fn config_from_flags(a: &ExecFlags) -> Result<ExecConfig, ExecError> {
+pub(crate) fn config_from_flags(a: &ExecFlags) -> Result<ExecConfig, ExecError> {
     if let Some(path) = &a.config {
         let mut c = ExecConfig::from_file(path)?;
         if a.state_dir.is_some() {
@@ -426,6 +432,28 @@ fn command_spec(a: &ExecFlags) -> Result<CommandSpec, ExecError> {
     Ok(spec)
 }
 
+/// What `nestbox mcp` gives every command: `--env`, `--workdir` and `--timeout`.
+pub(crate) fn server_defaults(a: &ExecFlags) -> Result<crate::mcp::Defaults, ExecError> {
+    let mut env = std::collections::BTreeMap::new();
+    for item in &a.env {
+        let (name, value) = match item.split_once('=') {
+            Some((n, v)) => (n.to_string(), v.to_string()),
+            None => (
+                item.clone(),
+                std::env::var(item)
+                    .map_err(|_| usage(format!("cannot forward {item}: it is not set")))?,
+            ),
+        };
+        nestbox_exec::backend::check_env_name(&name)?;
+        env.insert(name, value);
+    }
+    Ok(crate::mcp::Defaults {
+        env,
+        workdir: a.workdir.clone(),
+        timeout: timeout(a)?,
+    })
+}
+
 fn timeout(a: &ExecFlags) -> Result<Option<Duration>, ExecError> {
     a.timeout
         .as_deref()
@@ -527,10 +555,12 @@ fn job_exit(s: &JobStatus) -> i32 {
     }
 }
 
-async fn perform(backend: &dyn Backend, action: Action, a: &ExecFlags) -> Result<i32, ExecError> {
+async fn perform(session: &Session, action: Action, a: &ExecFlags) -> Result<i32, CallError> {
+    const TOOL: &str = "exec";
+    let op = |op| session.process(TOOL, op);
     match action {
         Action::Run(spec) => {
-            let r = backend.run(&spec).await?;
+            let r = session.run(TOOL, &Step::argv(spec)).await?.value;
             if a.json {
                 print_json(&r);
             } else {
@@ -544,7 +574,7 @@ async fn perform(backend: &dyn Backend, action: Action, a: &ExecFlags) -> Result
             })
         }
         Action::Spawn(spec) => {
-            let id = backend.spawn(&spec).await?;
+            let id = session.spawn(TOOL, &Step::argv(spec)).await?.value;
             if a.json {
                 print_json(&serde_json::json!({ "job": id }));
             } else {
@@ -553,12 +583,25 @@ async fn perform(backend: &dyn Backend, action: Action, a: &ExecFlags) -> Result
             Ok(0)
         }
         Action::Poll(id) => {
-            let s = backend.poll(&id).await?;
+            let s = op(ProcessOp::Poll(id))
+                .await?
+                .value
+                .into_status()
+                .expect("a status");
             print_status(&s, a.json);
             Ok(0)
         }
         Action::Output(id, stream) => {
-            let chunk = backend.read(&id, stream, a.offset, a.limit).await?;
+            let chunk = op(ProcessOp::Log {
+                job: id,
+                stream,
+                offset: a.offset,
+                limit: a.limit,
+            })
+            .await?
+            .value
+            .into_log()
+            .expect("a log");
             if a.json {
                 print_json(&chunk);
             } else {
@@ -575,17 +618,30 @@ async fn perform(backend: &dyn Backend, action: Action, a: &ExecFlags) -> Result
             Ok(0)
         }
         Action::Wait(id, limit) => {
-            let s = backend.wait(&id, limit).await?;
+            let waiting = crate::progress::Spinner::start(format!("waiting for job {id}"));
+            let s = op(ProcessOp::Wait {
+                job: id,
+                timeout: limit,
+            })
+            .await?
+            .value
+            .into_status()
+            .expect("a status");
+            drop(waiting);
             print_status(&s, a.json);
             Ok(job_exit(&s))
         }
         Action::Kill(id) => {
-            let s = backend.kill(&id).await?;
+            let s = op(ProcessOp::Kill(id))
+                .await?
+                .value
+                .into_status()
+                .expect("a status");
             print_status(&s, a.json);
             Ok(0)
         }
         Action::Forget(id) => {
-            backend.forget(&id).await?;
+            op(ProcessOp::Forget(id)).await?;
             Ok(0)
         }
     }
@@ -594,18 +650,30 @@ async fn perform(backend: &dyn Backend, action: Action, a: &ExecFlags) -> Result
 /// Runs `nestbox exec`; returns the process exit status.
 pub fn run(args: ExecArgs) -> i32 {
     let args = *args.flags;
-    let outcome = (|| {
+    let outcome = (|| -> Result<i32, CallError> {
         let config = config_from_flags(&args)?;
         let action = action(&args)?;
         nestbox_exec::block_on(async {
-            let mut backend = nestbox_exec::open(&config).await?;
-            let code = perform(backend.as_ref(), action, &args).await;
-            let _ = backend.close().await;
+            let preparing = crate::progress::Spinner::start(format!(
+                "preparing the {} backend",
+                config.backend.kind()
+            ));
+            let backend = nestbox_exec::open(&config).await;
+            drop(preparing);
+            let backend = backend?;
+            let gate = args.gate.gate(backend.descriptor()).map_err(usage)?;
+            let session = Session::new(backend, gate);
+            let code = perform(&session, action, &args).await;
+            let _ = session.close().await;
             code
         })
     })();
     match outcome {
         Ok(code) => code,
+        Err(CallError::Denied(d)) if args.json => {
+            print_json(&serde_json::json!({ "refused": d }));
+            125
+        }
         Err(e) => {
             say_error(&e);
             e.exit_code()

@@ -1,9 +1,13 @@
 //! `nestbox`: the command line. Thin by design: parsing, wiring and printing; the decisions
 //! live in the library crates (policy, cage, net, exec).
 
+mod docs_cmd;
 mod exec_cmd;
+mod gate_args;
+mod mcp;
 mod policy_cmd;
 mod probe_cmd;
+mod progress;
 mod relay_cmd;
 mod run_cmd;
 
@@ -11,8 +15,22 @@ use clap::{Parser, Subcommand};
 
 /// A sandbox runtime for AI agents that run untrusted code.
 #[derive(Parser)]
-#[command(name = "nestbox", version, about, long_about = None)]
-struct Cli {
+#[command(
+    name = "nestbox",
+    version,
+    about,
+    long_about = None,
+    after_help = "Examples:
+  nestbox run -- pytest -q                                  # one caged step, default policy
+  nestbox exec --backend docker --image localhost/busybox -- make test
+  nestbox mcp --backend local --policy worker.toml          # tools for an agent, over MCP
+  nestbox probe --json                                      # what this kernel can enforce
+  nestbox completions bash > /etc/bash_completion.d/nestbox
+  nestbox man | man -l -
+
+Exit status: the command's own; 124 on timeout; 125 when nestbox refused or failed."
+)]
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -28,11 +46,17 @@ enum Command {
     ///
     /// Example: nestbox exec --backend docker --image localhost/busybox -- sh -c 'make test'
     Exec(exec_cmd::ExecArgs),
+    /// Serve the run and process tools to an agent over MCP (stdio), every call guarded.
+    ///
+    /// Example: claude mcp add nestbox -- nestbox mcp --backend local --policy worker.toml
+    Mcp(Box<mcp::McpArgs>),
     /// Show what this kernel offers and what `run` will enforce.
     ///
     /// Example: nestbox probe --json
     Probe(probe_cmd::ProbeArgs),
     /// Validate or inspect policy files.
+    ///
+    /// Example: nestbox policy check worker.toml
     #[command(subcommand)]
     Policy(policy_cmd::PolicyCommand),
     /// Run a relay: the allowlisting CONNECT proxy that is a step's one network exit.
@@ -44,6 +68,14 @@ enum Command {
     ///
     /// Example: nestbox presets pypi npm
     Presets(relay_cmd::PresetsArgs),
+    /// Print a shell completion script (bash, zsh, fish).
+    ///
+    /// Example: nestbox completions bash > /etc/bash_completion.d/nestbox
+    Completions(docs_cmd::CompletionsArgs),
+    /// Print the man page (or write one per command with --dir).
+    ///
+    /// Example: nestbox man | man -l -
+    Man(docs_cmd::ManArgs),
 }
 
 fn main() {
@@ -51,10 +83,13 @@ fn main() {
     let code = match cli.command {
         Command::Run(args) => run_cmd::run(*args),
         Command::Exec(args) => exec_cmd::run(args),
+        Command::Mcp(args) => mcp::run(*args),
         Command::Probe(args) => probe_cmd::run(args),
         Command::Policy(cmd) => policy_cmd::run(cmd),
         Command::Relay(args) => relay_cmd::run(*args),
         Command::Presets(args) => relay_cmd::presets(args),
+        Command::Completions(args) => docs_cmd::completions(args),
+        Command::Man(args) => docs_cmd::man(args),
     };
     std::process::exit(code);
 }

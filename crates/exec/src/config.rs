@@ -591,7 +591,9 @@ pub(crate) fn de_duration_opt<'de, D: Deserializer<'de>>(
         .transpose()
 }
 
-pub(crate) fn de_duration<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Duration, D::Error> {
+pub(crate) fn de_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Duration, D::Error> {
     let text = String::deserialize(d)?;
     nestbox_policy::units::parse_duration(&text).map_err(serde::de::Error::custom)
 }
@@ -615,7 +617,9 @@ pub(crate) fn de_size<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u6
     size_of(SizeText::deserialize(d)?)
 }
 
-pub(crate) fn de_size_opt<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {
+pub(crate) fn de_size_opt<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<u64>, D::Error> {
     Option::<SizeText>::deserialize(d)?.map(size_of).transpose()
 }
 

@@ -3,7 +3,7 @@
 //! One interface to run an agent's commands on a backend, and the guard that judges commands
 //! before they run.
 //!
-//! An agent (a library caller, `nestbox exec`, later the MCP server) hands a [`CommandSpec`] to
+//! An agent (a library caller, `nestbox exec`, the MCP server) hands a [`CommandSpec`] to
 //! a [`Backend`] and gets the same typed answer whatever the backend: a [`RunResult`] with the
 //! exit code, standard output and standard error kept apart and bounded while they are read
 //! (head and tail in memory, the whole stream in a spill file whose path the result carries),
@@ -54,7 +54,7 @@
 //! # Ok::<(), nestbox_exec::ExecError>(())
 //! ```
 //!
-//! ## The guard
+//! ## The guard (and the gate in front of every backend)
 //!
 //! Every command goes through the [`guard`] first. The guard classifies the *parsed* command,
 //! not its text. Regular expressions over shell text fail both ways, and Hermes Agent's history
@@ -66,24 +66,29 @@
 //! their wrappers peeled off and their nested code parsed again, and what it cannot know
 //! (a variable, a download) it says it cannot know.
 
+pub mod approval;
 pub mod apptainer;
 pub mod backend;
 pub mod config;
 pub mod daytona;
 pub mod docker;
 mod error;
+pub mod gate;
 pub mod guard;
+pub mod hook;
 mod host;
 pub mod job;
 pub mod local;
 pub mod modal;
 pub mod output;
+pub mod session;
 pub mod slurm;
 pub mod ssh;
 pub mod supervisor;
 
 use std::path::PathBuf;
 
+pub use approval::{ApprovalMode, ApprovalStore, Approver, Choice, TerminalPrompt};
 pub use backend::{
     Backend, BackendKind, BoxFuture, Cancellation, CommandSpec, Descriptor, ExposedPath,
     ExposureSource, HostExposure, Isolation, JobId, JobState, JobStatus, OutputChunk, RunResult,
@@ -95,7 +100,10 @@ pub use config::{
     SshConfig, open,
 };
 pub use error::{ExecError, Result};
+pub use gate::{Clearance, ClearedBy, Denial, DenialCause, Gate, ToolCall};
+pub use hook::Hook;
 pub use output::{CapturedOutput, OutputLimits};
+pub use session::{CallError, Gated, ProcessAnswer, ProcessOp, Session, Step};
 
 /// What every backend gets besides its own configuration.
 #[derive(Debug, Clone)]

@@ -78,7 +78,13 @@ impl Api {
         })
     }
 
-    async fn call(&self, method: reqwest::Method, url: &str, body: Option<Value>, action: &str) -> Result<(u16, Value)> {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        body: Option<Value>,
+        action: &str,
+    ) -> Result<(u16, Value)> {
         let mut req = self.http.request(method, url).bearer_auth(&self.key);
         if let Some(b) = body {
             req = req.json(&b);
@@ -94,8 +100,14 @@ impl Api {
         if status == 401 || status == 403 {
             return Err(ExecError::Unavailable {
                 backend: BackendKind::Daytona,
-                reason: format!("the API refused the key from {} (HTTP {status}) while trying to {action}", self.key_source),
-                hint: Some("check DAYTONA_API_KEY (or api_key_file) and the organization it belongs to".into()),
+                reason: format!(
+                    "the API refused the key from {} (HTTP {status}) while trying to {action}",
+                    self.key_source
+                ),
+                hint: Some(
+                    "check DAYTONA_API_KEY (or api_key_file) and the organization it belongs to"
+                        .into(),
+                ),
             });
         }
         Ok((status, value))
@@ -114,7 +126,12 @@ impl Api {
     pub async fn check(&self) -> Result<()> {
         let action = "list sandboxes (checking the API key)";
         let (status, body) = self
-            .call(reqwest::Method::GET, &format!("{}/sandbox", self.base), None, action)
+            .call(
+                reqwest::Method::GET,
+                &format!("{}/sandbox", self.base),
+                None,
+                action,
+            )
             .await
             .map_err(|e| match e {
                 ExecError::Connection { message, .. } => ExecError::Unavailable {
@@ -135,7 +152,12 @@ impl Api {
     pub async fn find(&self, id_or_name: &str) -> Result<Option<Sandbox>> {
         let action = format!("find sandbox {id_or_name}");
         let (status, body) = self
-            .call(reqwest::Method::GET, &format!("{}/sandbox/{id_or_name}", self.base), None, &action)
+            .call(
+                reqwest::Method::GET,
+                &format!("{}/sandbox/{id_or_name}", self.base),
+                None,
+                &action,
+            )
             .await?;
         match status {
             404 => Ok(None),
@@ -150,7 +172,12 @@ impl Api {
     pub async fn create(&self, body: Value) -> Result<Sandbox> {
         let action = "create a sandbox";
         let (status, body) = self
-            .call(reqwest::Method::POST, &format!("{}/sandbox", self.base), Some(body), action)
+            .call(
+                reqwest::Method::POST,
+                &format!("{}/sandbox", self.base),
+                Some(body),
+                action,
+            )
             .await?;
         if !(200..300).contains(&status) {
             return Err(Self::failed(action, status, &body));
@@ -162,8 +189,14 @@ impl Api {
     pub async fn lifecycle(&self, id: &str, what: &str) -> Result<()> {
         let action = format!("{what} sandbox {id}");
         let (method, url) = match what {
-            "delete" => (reqwest::Method::DELETE, format!("{}/sandbox/{id}", self.base)),
-            _ => (reqwest::Method::POST, format!("{}/sandbox/{id}/{what}", self.base)),
+            "delete" => (
+                reqwest::Method::DELETE,
+                format!("{}/sandbox/{id}", self.base),
+            ),
+            _ => (
+                reqwest::Method::POST,
+                format!("{}/sandbox/{id}/{what}", self.base),
+            ),
         };
         let (status, body) = self.call(method, &url, None, &action).await?;
         if (200..300).contains(&status) {
@@ -187,11 +220,18 @@ impl Api {
                 "error" | "build_failed" | "destroyed" | "destroying" => {
                     return Err(engine(
                         &action,
-                        format!("state {}: {}", sb.state, sb.error_reason.unwrap_or_default()),
+                        format!(
+                            "state {}: {}",
+                            sb.state,
+                            sb.error_reason.unwrap_or_default()
+                        ),
                     ));
                 }
                 _ if start.elapsed() > limit => {
-                    return Err(engine(&action, format!("still {} after {} s", sb.state, limit.as_secs())));
+                    return Err(engine(
+                        &action,
+                        format!("still {} after {} s", sb.state, limit.as_secs()),
+                    ));
                 }
                 _ => tokio::time::sleep(Duration::from_millis(250)).await,
             }
@@ -205,17 +245,27 @@ impl Api {
             _ => {
                 let action = "find the toolbox proxy";
                 let (status, body) = self
-                    .call(reqwest::Method::GET, &format!("{}/sandbox/{}/toolbox-proxy-url", self.base, sb.id), None, action)
+                    .call(
+                        reqwest::Method::GET,
+                        &format!("{}/sandbox/{}/toolbox-proxy-url", self.base, sb.id),
+                        None,
+                        action,
+                    )
                     .await?;
                 if !(200..300).contains(&status) {
                     return Err(Self::failed(action, status, &body));
                 }
-                body.get("url").and_then(Value::as_str).unwrap_or_default().to_string()
+                body.get("url")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
             }
         };
         crate::modal::credentials::check_url(&proxy).map_err(|_| ExecError::InvalidConfig {
             backend: BackendKind::Daytona,
-            reason: format!("the toolbox proxy {proxy} is not https:// (plaintext only on loopback)"),
+            reason: format!(
+                "the toolbox proxy {proxy} is not https:// (plaintext only on loopback)"
+            ),
         })?;
         Ok(format!("{}/{}", proxy.trim_end_matches('/'), sb.id))
     }
@@ -224,7 +274,12 @@ impl Api {
     pub async fn create_session(&self, toolbox: &str, session: &str) -> Result<()> {
         let action = "create a process session";
         let (status, body) = self
-            .call(reqwest::Method::POST, &format!("{toolbox}/process/session"), Some(json!({ "sessionId": session })), action)
+            .call(
+                reqwest::Method::POST,
+                &format!("{toolbox}/process/session"),
+                Some(json!({ "sessionId": session })),
+                action,
+            )
             .await?;
         if (200..300).contains(&status) {
             Ok(())
@@ -234,7 +289,12 @@ impl Api {
     }
 
     /// Runs `command` in the session and waits for it.
-    pub async fn session_exec(&self, toolbox: &str, session: &str, command: &str) -> Result<SessionExec> {
+    pub async fn session_exec(
+        &self,
+        toolbox: &str,
+        session: &str,
+        command: &str,
+    ) -> Result<SessionExec> {
         let action = "execute in the process session";
         let (status, body) = self
             .call(
@@ -253,7 +313,12 @@ impl Api {
     /// Deletes the session (best effort).
     pub async fn delete_session(&self, toolbox: &str, session: &str) {
         let _ = self
-            .call(reqwest::Method::DELETE, &format!("{toolbox}/process/session/{session}"), None, "delete the process session")
+            .call(
+                reqwest::Method::DELETE,
+                &format!("{toolbox}/process/session/{session}"),
+                None,
+                "delete the process session",
+            )
             .await;
     }
 }

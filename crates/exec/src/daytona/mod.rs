@@ -152,14 +152,22 @@ impl DaytonaBackend {
                 paths: Vec::new(),
                 notes: vec![format!(
                     "a Daytona sandbox: no path of this machine is mounted; network {}",
-                    if config.network_block_all { "blocked" } else { "open" }
+                    if config.network_block_all {
+                        "blocked"
+                    } else {
+                        "open"
+                    }
                 )],
             },
             streams_output: true,
             cancellation: Cancellation::SandboxSupervisor,
             target: format!(
                 "Daytona sandbox {}at {base}, key from {source}",
-                config.name.as_ref().map(|n| format!("{n} ")).unwrap_or_default()
+                config
+                    .name
+                    .as_ref()
+                    .map(|n| format!("{n} "))
+                    .unwrap_or_default()
             ),
         };
         Ok(DaytonaBackend {
@@ -188,7 +196,10 @@ impl DaytonaBackend {
         if let Some(s) = &c.snapshot {
             put("snapshot", json!(s));
         }
-        let target = c.target.clone().or_else(|| std::env::var("DAYTONA_TARGET").ok());
+        let target = c
+            .target
+            .clone()
+            .or_else(|| std::env::var("DAYTONA_TARGET").ok());
         if let Some(t) = target {
             put("target", json!(t));
         }
@@ -237,7 +248,10 @@ impl DaytonaBackend {
             }
             None => self.api.create(self.create_body()).await?,
         };
-        let sb = self.api.wait_started(&sb.id, self.config.start_timeout).await?;
+        let sb = self
+            .api
+            .wait_started(&sb.id, self.config.start_timeout)
+            .await?;
         let place = self.open_place(sb).await?;
         *own = Some(place.clone());
         Ok(place)
@@ -249,22 +263,32 @@ impl DaytonaBackend {
         {
             return Ok(p.clone());
         }
-        let sb = self.api.find(sandbox_id).await?.ok_or_else(|| ExecError::NoSuchJob {
-            backend: BackendKind::Daytona,
-            id: sandbox_id.into(),
-            detail: Some("its sandbox no longer exists".into()),
-        })?;
+        let sb = self
+            .api
+            .find(sandbox_id)
+            .await?
+            .ok_or_else(|| ExecError::NoSuchJob {
+                backend: BackendKind::Daytona,
+                id: sandbox_id.into(),
+                detail: Some("its sandbox no longer exists".into()),
+            })?;
         if sb.state != "started" {
             return Err(ExecError::Refused {
                 backend: BackendKind::Daytona,
-                message: format!("sandbox {sandbox_id} is {}: its jobs are not reachable", sb.state),
+                message: format!(
+                    "sandbox {sandbox_id} is {}: its jobs are not reachable",
+                    sb.state
+                ),
             });
         }
         self.open_place(sb).await
     }
 
     fn jobs_dir(&self) -> String {
-        self.config.jobs_dir.clone().unwrap_or_else(|| "/tmp/nestbox-jobs".into())
+        self.config
+            .jobs_dir
+            .clone()
+            .unwrap_or_else(|| "/tmp/nestbox-jobs".into())
     }
 
     fn parse_job(&self, job: &JobId) -> Result<(String, String)> {
@@ -291,7 +315,10 @@ impl DaytonaBackend {
         let started_at = SystemTime::now();
         let clock = Instant::now();
         let place = self.own().await?;
-        let t = SessionTransport { api: &self.api, place: &place };
+        let t = SessionTransport {
+            api: &self.api,
+            place: &place,
+        };
         let jobs = Self::jobs(&t);
         let id = JobId::parse(&format!("{}.{}", place.sandbox_id, random_token(8)))?;
         let (_, dir) = self.parse_job(&id)?;
@@ -303,12 +330,16 @@ impl DaytonaBackend {
         let spill = self.ctx.spill_dir();
         let mut out = Capture::new(&self.ctx.output, &spill, "daytona-stdout");
         let mut err = Capture::new(&self.ctx.output, &spill, "daytona-stderr");
-        let backstop = cmd.timeout.map(|t| clock + t + Duration::from_secs(GRACE_SECS) + BACKSTOP);
+        let backstop = cmd
+            .timeout
+            .map(|t| clock + t + Duration::from_secs(GRACE_SECS) + BACKSTOP);
         let status = loop {
             let status = jobs.wait(&id, &dir, Some(Duration::from_secs(1))).await?;
             for (stream, capture) in [(Stream::Stdout, &mut out), (Stream::Stderr, &mut err)] {
                 loop {
-                    let c = jobs.read(&id, &dir, stream, capture.total(), 1 << 20).await?;
+                    let c = jobs
+                        .read(&id, &dir, stream, capture.total(), 1 << 20)
+                        .await?;
                     if c.data.is_empty() {
                         break;
                     }
@@ -334,7 +365,11 @@ impl DaytonaBackend {
         };
         let _ = jobs.forget(&id, &dir).await;
         let (code, timed_out) = match status.state {
-            crate::JobState::Finished { exit_code, timed_out, .. } => {
+            crate::JobState::Finished {
+                exit_code,
+                timed_out,
+                ..
+            } => {
                 if timed_out {
                     err.push(supervisor::TIMEOUT_NOTICE.as_bytes())?;
                     (Some(124), true)
@@ -358,7 +393,10 @@ impl DaytonaBackend {
     async fn spawn_inner(&self, cmd: &CommandSpec) -> Result<JobId> {
         cmd.validate()?;
         let place = self.own().await?;
-        let t = SessionTransport { api: &self.api, place: &place };
+        let t = SessionTransport {
+            api: &self.api,
+            place: &place,
+        };
         let id = JobId::parse(&format!("{}.{}", place.sandbox_id, random_token(8)))?;
         let (_, dir) = self.parse_job(&id)?;
         let mut spec = cmd.clone();
@@ -392,7 +430,10 @@ impl Backend for DaytonaBackend {
         Box::pin(async move {
             let (sb, dir) = self.parse_job(job)?;
             let place = self.place_for(&sb).await?;
-            let t = SessionTransport { api: &self.api, place: &place };
+            let t = SessionTransport {
+                api: &self.api,
+                place: &place,
+            };
             Self::jobs(&t).poll(job, &dir).await
         })
     }
@@ -407,7 +448,10 @@ impl Backend for DaytonaBackend {
         Box::pin(async move {
             let (sb, dir) = self.parse_job(job)?;
             let place = self.place_for(&sb).await?;
-            let t = SessionTransport { api: &self.api, place: &place };
+            let t = SessionTransport {
+                api: &self.api,
+                place: &place,
+            };
             Self::jobs(&t).read(job, &dir, stream, offset, max).await
         })
     }
@@ -420,7 +464,10 @@ impl Backend for DaytonaBackend {
         Box::pin(async move {
             let (sb, dir) = self.parse_job(job)?;
             let place = self.place_for(&sb).await?;
-            let t = SessionTransport { api: &self.api, place: &place };
+            let t = SessionTransport {
+                api: &self.api,
+                place: &place,
+            };
             Self::jobs(&t).wait(job, &dir, timeout).await
         })
     }
@@ -429,7 +476,10 @@ impl Backend for DaytonaBackend {
         Box::pin(async move {
             let (sb, dir) = self.parse_job(job)?;
             let place = self.place_for(&sb).await?;
-            let t = SessionTransport { api: &self.api, place: &place };
+            let t = SessionTransport {
+                api: &self.api,
+                place: &place,
+            };
             Self::jobs(&t).kill(job, &dir).await
         })
     }
@@ -438,7 +488,10 @@ impl Backend for DaytonaBackend {
         Box::pin(async move {
             let (sb, dir) = self.parse_job(job)?;
             let place = self.place_for(&sb).await?;
-            let t = SessionTransport { api: &self.api, place: &place };
+            let t = SessionTransport {
+                api: &self.api,
+                place: &place,
+            };
             Self::jobs(&t).forget(job, &dir).await
         })
     }
@@ -448,15 +501,20 @@ impl Backend for DaytonaBackend {
             let Some(place) = self.own.lock().await.take() else {
                 return Ok(());
             };
-            self.api.delete_session(&place.toolbox, &place.session).await;
+            self.api
+                .delete_session(&place.toolbox, &place.session)
+                .await;
             if self.spawned.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            let action = self.config.on_close.unwrap_or(if self.config.name.is_some() {
-                DaytonaOnClose::Stop
-            } else {
-                DaytonaOnClose::Delete
-            });
+            let action = self
+                .config
+                .on_close
+                .unwrap_or(if self.config.name.is_some() {
+                    DaytonaOnClose::Stop
+                } else {
+                    DaytonaOnClose::Delete
+                });
             match action {
                 DaytonaOnClose::Delete => self.api.lifecycle(&place.sandbox_id, "delete").await,
                 DaytonaOnClose::Stop => self.api.lifecycle(&place.sandbox_id, "stop").await,

@@ -66,16 +66,21 @@ async fn channel(url: &str, ca: Option<&std::path::Path>, connect: Duration) -> 
                 .map_err(|e| ExecError::io(format!("reading {}", ca.display()), e))?;
             tls = tls.ca_certificate(Certificate::from_pem(pem));
         }
-        endpoint = endpoint.tls_config(tls).map_err(|e| ExecError::InvalidConfig {
-            backend: BackendKind::Modal,
-            reason: format!("TLS for {url}: {e}"),
-        })?;
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| ExecError::InvalidConfig {
+                backend: BackendKind::Modal,
+                reason: format!("TLS for {url}: {e}"),
+            })?;
     }
-    endpoint.connect().await.map_err(|e| ExecError::Unavailable {
-        backend: BackendKind::Modal,
-        reason: format!("cannot connect to {url}: {e}"),
-        hint: None,
-    })
+    endpoint
+        .connect()
+        .await
+        .map_err(|e| ExecError::Unavailable {
+            backend: BackendKind::Modal,
+            reason: format!("cannot connect to {url}: {e}"),
+            hint: None,
+        })
 }
 
 /// The control plane, authenticated.
@@ -207,7 +212,11 @@ impl ControlPlane {
                 .await
                 .map_err(|s| status_error(&action, s))?
                 .into_inner();
-            while let Some(item) = stream.message().await.map_err(|s| status_error(&action, s))? {
+            while let Some(item) = stream
+                .message()
+                .await
+                .map_err(|s| status_error(&action, s))?
+            {
                 if !item.entry_id.is_empty() {
                     last_entry = item.entry_id.clone();
                 }
@@ -270,7 +279,10 @@ impl ControlPlane {
                 return Err(ExecError::Engine {
                     backend: BackendKind::Modal,
                     action,
-                    message: format!("the sandbox has ended (status {}: {})", r.status, r.exception),
+                    message: format!(
+                        "the sandbox has ended (status {}: {})",
+                        r.status, r.exception
+                    ),
                 });
             }
             if let Some(t) = resp.task_id.filter(|t| !t.is_empty()) {
@@ -393,7 +405,12 @@ impl Router {
             offset,
             file_descriptor: fd as i32,
         };
-        Ok(self.client.clone().task_exec_stdio_read(self.request(req)).await?.into_inner())
+        Ok(self
+            .client
+            .clone()
+            .task_exec_stdio_read(self.request(req))
+            .await?
+            .into_inner())
     }
 
     /// Waits for the exec to end.
@@ -402,7 +419,11 @@ impl Router {
             task_id: self.task_id.clone(),
             exec_id: exec_id.into(),
         };
-        let resp = self.client.clone().task_exec_wait(self.request(req)).await?;
+        let resp = self
+            .client
+            .clone()
+            .task_exec_wait(self.request(req))
+            .await?;
         Ok(exit_code(resp.get_ref()))
     }
 }

@@ -130,19 +130,31 @@ fn direct(config: &ModalConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<
                 .find(|(_, v)| v.get("active").and_then(|a| a.as_bool()) == Some(true))
                 .map(|(k, _)| k.clone())
         })?;
-        Some((name.clone(), t.get(&name).and_then(|v| v.as_table()).cloned()))
+        Some((
+            name.clone(),
+            t.get(&name).and_then(|v| v.as_table()).cloned(),
+        ))
     });
     let profile = match (profile, table.as_ref()) {
         (Some(p), _) => Some(p),
-        (None, Some(t)) => Some(("default".to_string(), t.get("default").and_then(|v| v.as_table()).cloned())),
+        (None, Some(t)) => Some((
+            "default".to_string(),
+            t.get("default").and_then(|v| v.as_table()).cloned(),
+        )),
         (None, None) => None,
     };
     if let (Some(name), Some((_, None)), Some(t)) = (&asked_profile, &profile, &table) {
         let names: Vec<&str> = t.keys().map(String::as_str).collect();
         return Err(invalid(format!(
             "the Modal profile `{name}` is not in {} (profiles there: {})",
-            file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
-            if names.is_empty() { "none".into() } else { names.join(", ") }
+            file.as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            if names.is_empty() {
+                "none".into()
+            } else {
+                names.join(", ")
+            }
         )));
     }
     let field = |key: &str| {
@@ -177,7 +189,11 @@ fn direct(config: &ModalConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<
     match (id, secret) {
         (Some(id), Some(secret)) => {
             return Ok(Direct {
-                found: Some(make(id, secret, "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET".into())),
+                found: Some(make(
+                    id,
+                    secret,
+                    "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET".into(),
+                )),
                 checked,
             });
         }
@@ -217,7 +233,8 @@ fn direct(config: &ModalConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<
     })
 }
 
-const DIRECT_HINT: &str = "run `modal token new` (it writes ~/.modal.toml), or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET";
+const DIRECT_HINT: &str =
+    "run `modal token new` (it writes ~/.modal.toml), or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET";
 
 /// Chooses the credentials for `config`, reading the environment through `env`.
 pub fn resolve(config: &ModalConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Resolved> {
@@ -335,7 +352,10 @@ mod tests {
     #[test]
     fn the_environment_pair_wins_over_the_profile() {
         let (_d, c) = with_file("[default]\ntoken_id = \"ak-file\"\ntoken_secret = \"as-file\"\n");
-        let env = env_of(&[("MODAL_TOKEN_ID", "ak-env"), ("MODAL_TOKEN_SECRET", "as-env")]);
+        let env = env_of(&[
+            ("MODAL_TOKEN_ID", "ak-env"),
+            ("MODAL_TOKEN_SECRET", "as-env"),
+        ]);
         let r = resolve(&c, &env).unwrap();
         assert_eq!((r.mode, r.token_id.as_str()), (Mode::Direct, "ak-env"));
     }
@@ -382,15 +402,24 @@ mod tests {
         c.config_path = Some("/nonexistent/modal.toml".into());
         let e = resolve(&c, &env_of(&[])).unwrap_err();
         let text = e.to_string();
-        assert!(text.contains("gateway is never used in direct mode"), "{text}");
-        assert!(text.contains("/nonexistent/modal.toml: not found"), "{text}");
+        assert!(
+            text.contains("gateway is never used in direct mode"),
+            "{text}"
+        );
+        assert!(
+            text.contains("/nonexistent/modal.toml: not found"),
+            "{text}"
+        );
     }
 
     #[test]
     fn nothing_usable_lists_everything_that_was_checked() {
         let (_d, c) = with_file("[default]\nserver_url = \"https://x\"\n");
         let e = resolve(&c, &env_of(&[])).unwrap_err().to_string();
-        assert!(e.contains("MODAL_TOKEN_ID and MODAL_TOKEN_SECRET: not set"), "{e}");
+        assert!(
+            e.contains("MODAL_TOKEN_ID and MODAL_TOKEN_SECRET: not set"),
+            "{e}"
+        );
         assert!(e.contains("no token_id and token_secret"), "{e}");
         assert!(e.contains("no [backend.managed] gateway configured"), "{e}");
         assert!(e.contains("modal token new"), "{e}");
@@ -401,7 +430,10 @@ mod tests {
         let (_d, mut c) = with_file("[a]\ntoken_id = \"ak\"\ntoken_secret = \"as\"\n");
         c.profile = Some("b".into());
         let e = resolve(&c, &env_of(&[])).unwrap_err().to_string();
-        assert!(e.contains("profile `b` is not in") && e.contains("profiles there: a"), "{e}");
+        assert!(
+            e.contains("profile `b` is not in") && e.contains("profiles there: a"),
+            "{e}"
+        );
     }
 
     #[test]

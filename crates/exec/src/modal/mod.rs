@@ -83,7 +83,9 @@ impl ModalBackend {
         if config.image.trim().is_empty() {
             return Err(ExecError::InvalidConfig {
                 backend: BackendKind::Modal,
-                reason: "no image: set image to a registry reference (python:3.12-slim) or an im-... id".into(),
+                reason:
+                    "no image: set image to a registry reference (python:3.12-slim) or an im-... id"
+                        .into(),
             });
         }
         let creds = credentials::resolve(config, &env_lookup)?;
@@ -96,7 +98,11 @@ impl ModalBackend {
                 paths: Vec::new(),
                 notes: vec![format!(
                     "a Modal sandbox: no path of this machine is mounted; network {}",
-                    if config.block_network { "blocked" } else { "open" }
+                    if config.block_network {
+                        "blocked"
+                    } else {
+                        "open"
+                    }
                 )],
             },
             streams_output: true,
@@ -161,7 +167,9 @@ impl ModalBackend {
                 .await?
         };
         let sandbox_id = plane.create_sandbox(&app, self.definition(image)).await?;
-        let task = plane.task_id(&sandbox_id, self.config.start_timeout).await?;
+        let task = plane
+            .task_id(&sandbox_id, self.config.start_timeout)
+            .await?;
         let router = plane.router(&task, self.config.connect_timeout).await?;
         *live = Some(Live {
             sandbox_id: sandbox_id.clone(),
@@ -209,28 +217,36 @@ impl ModalBackend {
         );
         let argv = supervisor::sh_argv("run", &args);
         let env: HashMap<String, String> = cmd.env.clone().into_iter().collect();
-        let server_limit = cmd.timeout.map(|t| {
-            u32::try_from(t.as_secs() + GRACE_SECS + 30).unwrap_or(u32::MAX)
-        });
+        let server_limit = cmd
+            .timeout
+            .map(|t| u32::try_from(t.as_secs() + GRACE_SECS + 30).unwrap_or(u32::MAX));
         let spill = self.ctx.spill_dir();
         let mut out = Capture::new(&self.ctx.output, &spill, "modal-stdout");
         let mut err = Capture::new(&self.ctx.output, &spill, "modal-stderr");
         let work = run_exec(&router, argv, env, server_limit, &mut out, &mut err);
         let (code, backstop_hit) = match cmd.timeout {
             None => (work.await?, false),
-            Some(t) => match tokio::time::timeout(t + Duration::from_secs(GRACE_SECS) + BACKSTOP, work).await {
-                Ok(r) => (r?, false),
-                Err(_) => {
-                    // The supervisor did not end it: the whole sandbox goes.
-                    self.plane()?.terminate(&sandbox_id).await?;
-                    self.live.lock().await.take();
-                    (None, true)
+            Some(t) => {
+                match tokio::time::timeout(t + Duration::from_secs(GRACE_SECS) + BACKSTOP, work)
+                    .await
+                {
+                    Ok(r) => (r?, false),
+                    Err(_) => {
+                        // The supervisor did not end it: the whole sandbox goes.
+                        self.plane()?.terminate(&sandbox_id).await?;
+                        self.live.lock().await.take();
+                        (None, true)
+                    }
                 }
-            },
+            }
         };
         let stdout = out.finish();
         let stderr = err.finish();
-        let tail = if stderr.truncated { &stderr.tail } else { &stderr.head };
+        let tail = if stderr.truncated {
+            &stderr.tail
+        } else {
+            &stderr.head
+        };
         if let Some(e) = start_failure(BackendKind::Modal, cmd, code, tail) {
             return Err(e);
         }

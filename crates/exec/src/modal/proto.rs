@@ -10,5 +10,8 @@ pub mod client {
 
 /// `modal.task_command_router`: the sandbox's command router (`TaskCommandRouter`).
 pub mod router {
-    include!(concat!(env!("OUT_DIR"), "/modal-client/modal.task_command_router.rs"));
+    include!(concat!(
+        env!("OUT_DIR"),
+        "/modal-client/modal.task_command_router.rs"
+    ));
 }

@@ -132,7 +132,12 @@ impl Tools {
     }
 
     /// Runs `tool ARGS` with `input` on its standard input and collects what it printed.
-    pub async fn run(&self, tool: &str, args: &[String], input: Option<&str>) -> Result<ToolOutput> {
+    pub async fn run(
+        &self,
+        tool: &str,
+        args: &[String],
+        input: Option<&str>,
+    ) -> Result<ToolOutput> {
         let mut cmd = self.command(tool);
         cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
         if input.is_some() {
@@ -186,7 +191,11 @@ impl Tools {
     /// when neither knows the job.
     pub async fn state(&self, id: &str) -> Result<Option<SchedulerJob>> {
         let out = self
-            .run("scontrol", &["show".into(), "job".into(), "-o".into(), id.into()], None)
+            .run(
+                "scontrol",
+                &["show".into(), "job".into(), "-o".into(), id.into()],
+                None,
+            )
             .await?;
         if out.code == Some(0)
             && let Some(job) = out.stdout.lines().find_map(parse_scontrol)
@@ -204,7 +213,11 @@ impl Tools {
         let mut completion = vec!["-c".to_string()];
         completion.extend(base);
         let out = self.run("sacct", &completion, None).await?;
-        Ok(if out.code == Some(0) { parse_sacct(&out.stdout) } else { None })
+        Ok(if out.code == Some(0) {
+            parse_sacct(&out.stdout)
+        } else {
+            None
+        })
     }
 
     /// Cancels the job (`scancel`: SIGTERM to all its processes, SIGKILL after KillWait).
@@ -213,7 +226,10 @@ impl Tools {
         if out.code == Some(0) {
             Ok(())
         } else {
-            Err(refused_or_engine(&format!("cancel job {id} (scancel)"), &out))
+            Err(refused_or_engine(
+                &format!("cancel job {id} (scancel)"),
+                &out,
+            ))
         }
     }
 
@@ -225,7 +241,10 @@ impl Tools {
         if out.code == Some(0) {
             Ok(())
         } else {
-            Err(refused_or_engine(&format!("cancel job {name} (scancel)"), &out))
+            Err(refused_or_engine(
+                &format!("cancel job {name} (scancel)"),
+                &out,
+            ))
         }
     }
 }
@@ -244,9 +263,16 @@ fn first_nonempty(texts: &[&str]) -> String {
 fn refused_or_engine(action: &str, out: &ToolOutput) -> ExecError {
     let message = first_nonempty(&[&out.stderr, &out.stdout]);
     let lower = message.to_ascii_lowercase();
-    let config_fault = ["invalid partition", "invalid account", "memory specification", "requested node configuration is not available", "invalid qos", "time limit"]
-        .iter()
-        .any(|k| lower.contains(k));
+    let config_fault = [
+        "invalid partition",
+        "invalid account",
+        "memory specification",
+        "requested node configuration is not available",
+        "invalid qos",
+        "time limit",
+    ]
+    .iter()
+    .any(|k| lower.contains(k));
     if config_fault {
         ExecError::Refused {
             backend: BackendKind::Slurm,

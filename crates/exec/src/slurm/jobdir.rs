@@ -60,7 +60,9 @@ impl JobDir {
             .recursive(true)
             .mode(0o700)
             .create(base)
-            .map_err(|e| ExecError::io(format!("creating the jobs directory {}", base.display()), e))?;
+            .map_err(|e| {
+                ExecError::io(format!("creating the jobs directory {}", base.display()), e)
+            })?;
         let dir = JobDir::at(base, token);
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -137,7 +139,7 @@ impl JobDir {
             .iter()
             .flat_map(|t| t.lines())
             .filter_map(|l| l.strip_prefix("nestbox: "))
-            .last()
+            .next_back()
             .map(str::to_string)
     }
 
@@ -146,7 +148,10 @@ impl JobDir {
         match std::fs::remove_dir_all(&self.path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(ExecError::io(format!("removing {}", self.path.display()), e)),
+            Err(e) => Err(ExecError::io(
+                format!("removing {}", self.path.display()),
+                e,
+            )),
         }
     }
 

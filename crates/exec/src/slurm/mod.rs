@@ -216,7 +216,9 @@ impl SlurmBackend {
         let started_at = SystemTime::now();
         let clock = Instant::now();
         let (token, dir, text) = self.prepare_job(cmd)?;
-        let result = self.run_srun(cmd, &token, &dir, &text, started_at, clock).await;
+        let result = self
+            .run_srun(cmd, &token, &dir, &text, started_at, clock)
+            .await;
         // srun has exited, so the job script has too: nothing will write here any more.
         let _ = dir.remove();
         result
@@ -319,9 +321,18 @@ impl SlurmBackend {
         let stdout = out.finish();
         let stderr = err.finish();
         if code == 125 && self.config.cage {
-            let tail = if stderr.truncated { &stderr.tail } else { &stderr.head };
+            let tail = if stderr.truncated {
+                &stderr.tail
+            } else {
+                &stderr.head
+            };
             let text = String::from_utf8_lossy(tail);
-            if let Some(reason) = text.trim_end().lines().last().and_then(|l| l.strip_prefix("nestbox: ")) {
+            if let Some(reason) = text
+                .trim_end()
+                .lines()
+                .last()
+                .and_then(|l| l.strip_prefix("nestbox: "))
+            {
                 return Err(ExecError::Refused {
                     backend: BackendKind::Slurm,
                     message: format!("the cage on the compute node refused: {reason}"),
@@ -344,8 +355,14 @@ impl SlurmBackend {
         let name = format!("nestbox-{token}");
         let mut args = self.resource_args(cmd, &name, &dir);
         args.push("--parsable".into());
-        args.push(format!("--output={}", dir.path().join("script.out").display()));
-        args.push(format!("--error={}", dir.path().join("script.err").display()));
+        args.push(format!(
+            "--output={}",
+            dir.path().join("script.out").display()
+        ));
+        args.push(format!(
+            "--error={}",
+            dir.path().join("script.err").display()
+        ));
         match self.tools.sbatch(&args, &text).await {
             Ok(id) => JobId::parse(&format!("{id}.{token}")),
             Err(e) => {
@@ -375,7 +392,11 @@ impl SlurmBackend {
             None
         };
         // The job may have written its status while we asked.
-        let files = if files.status.is_none() { dir.files() } else { files };
+        let files = if files.status.is_none() {
+            dir.files()
+        } else {
+            files
+        };
         Ok(combine(job, &files, scheduler.as_ref()))
     }
 
@@ -520,7 +541,10 @@ fn combine(job: &JobId, files: &Files, scheduler: Option<&SchedulerJob>) -> JobS
 }
 
 fn describe(config: &SlurmConfig, workdir: &str, jobs_dir: &Path) -> Descriptor {
-    let partition = config.partition.as_deref().unwrap_or("the default partition");
+    let partition = config
+        .partition
+        .as_deref()
+        .unwrap_or("the default partition");
     let target = format!(
         "Slurm, {partition}{}",
         config
@@ -546,13 +570,11 @@ fn describe(config: &SlurmConfig, workdir: &str, jobs_dir: &Path) -> Descriptor 
                     read_only: false,
                     via: ExposureSource::CagePolicy,
                 }],
-                notes: vec![
-                    format!(
-                        "paths on the compute node, caged there by nestbox run (policy: {}); the job directory {} is written by the job script outside the cage",
-                        config.policy.as_deref().unwrap_or("the default"),
-                        jobs_dir.display()
-                    ),
-                ],
+                notes: vec![format!(
+                    "paths on the compute node, caged there by nestbox run (policy: {}); the job directory {} is written by the job script outside the cage",
+                    config.policy.as_deref().unwrap_or("the default"),
+                    jobs_dir.display()
+                )],
             },
         )
     } else {
@@ -687,18 +709,27 @@ mod tests {
         };
         assert!(matches!(
             combine(&id(), &Files::default(), Some(&t)).state,
-            JobState::Finished { timed_out: true, .. }
+            JobState::Finished {
+                timed_out: true,
+                ..
+            }
         ));
         let n = SchedulerJob {
             state: "NODE_FAIL".into(),
             exit: (0, 0),
         };
-        assert_eq!(combine(&id(), &Files::default(), Some(&n)).state, JobState::Lost);
+        assert_eq!(
+            combine(&id(), &Files::default(), Some(&n)).state,
+            JobState::Lost
+        );
         let p = SchedulerJob {
             state: "PENDING".into(),
             exit: (0, 0),
         };
-        assert_eq!(combine(&id(), &Files::default(), Some(&p)).state, JobState::Running);
+        assert_eq!(
+            combine(&id(), &Files::default(), Some(&p)).state,
+            JobState::Running
+        );
     }
 
     #[test]

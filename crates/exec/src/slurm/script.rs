@@ -119,13 +119,21 @@ mod tests {
             .args(["-n", "-c", &text])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert!(text.ends_with("nb_slurm '/tmp/x' '/tmp' '5' '2' '' 'sh' '-c' 'echo '\\''a b'\\''; exit 3'\n"));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.ends_with(
+            "nb_slurm '/tmp/x' '/tmp' '5' '2' '' 'sh' '-c' 'echo '\\''a b'\\''; exit 3'\n"
+        ));
     }
 
     #[test]
     fn env_values_are_quoted_for_the_shell() {
-        let env = [("A".to_string(), "it's $x".to_string())].into_iter().collect();
+        let env = [("A".to_string(), "it's $x".to_string())]
+            .into_iter()
+            .collect();
         assert_eq!(env_file(&env), "export A='it'\\''s $x'\n");
     }
 }

@@ -16,7 +16,12 @@ use crate::fakes::modal::{FakeModal, Options};
 
 /// The user's own credentials in the environment would win over the test profile.
 fn no_modal_env() {
-    for v in ["MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", "MODAL_PROFILE", "MODAL_SERVER_URL"] {
+    for v in [
+        "MODAL_TOKEN_ID",
+        "MODAL_TOKEN_SECRET",
+        "MODAL_PROFILE",
+        "MODAL_SERVER_URL",
+    ] {
         assert!(
             std::env::var_os(v).is_none(),
             "{v} is set in this environment; it would win over the tests' profile: unset it to run the Modal tests"
@@ -59,28 +64,44 @@ async fn modal_run_keeps_stdout_and_stderr_apart_and_reports_the_exit_code() {
     assert_eq!(backend.descriptor().isolation, Isolation::RemoteSandbox);
     assert!(!backend.descriptor().host_exposure.exposed);
     let r = backend
-        .run(&CommandSpec::new(["sh", "-c", "echo out; echo err >&2; exit 3"]))
+        .run(&CommandSpec::new([
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 3",
+        ]))
         .await
         .unwrap();
     assert_eq!(r.exit_code, Some(3));
     assert_eq!(r.stdout.text(), "out\n");
     assert_eq!(r.stderr.text(), "err\n");
-    let r = backend.run(&CommandSpec::new(["sh", "-c", "kill -9 $$"])).await.unwrap();
+    let r = backend
+        .run(&CommandSpec::new(["sh", "-c", "kill -9 $$"]))
+        .await
+        .unwrap();
     assert_eq!(r.exit_code, Some(137));
-    let e = backend.run(&CommandSpec::new(["no-such-program-nb"])).await.unwrap_err();
+    let e = backend
+        .run(&CommandSpec::new(["no-such-program-nb"]))
+        .await
+        .unwrap_err();
     assert!(matches!(e, ExecError::CommandNotFound { .. }), "{e}");
     // The sandbox was made as configured.
     let sandboxes = fake.state.sandboxes.lock().unwrap().clone();
     assert_eq!(sandboxes.len(), 1, "one sandbox for all the commands");
     let sb = sandboxes.values().next().unwrap().clone();
     let res = sb.definition.resources.unwrap();
-    assert_eq!((res.milli_cpu, res.memory_mb, res.ephemeral_disk_mb), (1500, 512, 2048));
+    assert_eq!(
+        (res.milli_cpu, res.memory_mb, res.ephemeral_disk_mb),
+        (1500, 512, 2048)
+    );
     assert!(sb.definition.block_network);
     assert_eq!(sb.definition.timeout_secs, 3600);
     assert_eq!(sb.definition.entrypoint_args, ["sleep", "infinity"]);
     backend.close().await.unwrap();
     let sandboxes = fake.state.sandboxes.lock().unwrap().clone();
-    assert!(sandboxes.values().all(|s| s.terminated), "close terminates the sandbox");
+    assert!(
+        sandboxes.values().all(|s| s.terminated),
+        "close terminates the sandbox"
+    );
 }
 
 #[tokio::test]
@@ -90,21 +111,46 @@ async fn modal_sends_the_token_pair_client_identity_and_auth_token_on_control_pl
     let backend = open(&config).await.unwrap();
     backend.run(&CommandSpec::new(["true"])).await.unwrap();
     let rpcs = fake.rpcs();
-    assert_eq!(rpcs.first().map(String::as_str), Some("AuthTokenGet"), "{rpcs:?}");
-    for want in ["AppGetOrCreate", "ImageGetOrCreate", "SandboxCreate", "SandboxGetTaskId", "TaskGetCommandRouterAccess", "TaskExecStart", "TaskExecStdioRead", "TaskExecWait"] {
-        assert!(rpcs.iter().any(|r| r == want), "{want} not called: {rpcs:?}");
+    assert_eq!(
+        rpcs.first().map(String::as_str),
+        Some("AuthTokenGet"),
+        "{rpcs:?}"
+    );
+    for want in [
+        "AppGetOrCreate",
+        "ImageGetOrCreate",
+        "SandboxCreate",
+        "SandboxGetTaskId",
+        "TaskGetCommandRouterAccess",
+        "TaskExecStart",
+        "TaskExecStdioRead",
+        "TaskExecWait",
+    ] {
+        assert!(
+            rpcs.iter().any(|r| r == want),
+            "{want} not called: {rpcs:?}"
+        );
     }
     for call in fake.state.calls.lock().unwrap().iter() {
         if call.rpc.starts_with("Task") && call.rpc != "TaskGetCommandRouterAccess" {
-            assert!(call.metadata["authorization"].starts_with("Bearer jwt-"), "{call:?}");
-            assert!(!call.metadata.contains_key("x-modal-token-secret"), "router calls carry only the JWT");
+            assert!(
+                call.metadata["authorization"].starts_with("Bearer jwt-"),
+                "{call:?}"
+            );
+            assert!(
+                !call.metadata.contains_key("x-modal-token-secret"),
+                "router calls carry only the JWT"
+            );
             continue;
         }
         assert_eq!(call.metadata["x-modal-token-id"], "ak-fake");
         assert_eq!(call.metadata["x-modal-client-type"], "7");
         assert_eq!(call.metadata["x-modal-client-version"], "1.0.0");
         if call.rpc != "AuthTokenGet" {
-            assert!(call.metadata["x-modal-auth-token"].starts_with("auth-"), "{call:?}");
+            assert!(
+                call.metadata["x-modal-auth-token"].starts_with("auth-"),
+                "{call:?}"
+            );
         }
     }
 }
@@ -125,7 +171,10 @@ async fn modal_refuses_wrong_credentials_at_open_and_says_where_they_came_from()
     assert!(matches!(e, ExecError::Unavailable { .. }), "{text}");
     assert!(text.contains("profile `default` of"), "{text}");
     assert!(text.contains("Unauthenticated"), "{text}");
-    assert!(!text.contains("as-fake"), "the secret is in the error: {text}");
+    assert!(
+        !text.contains("as-fake"),
+        "the secret is in the error: {text}"
+    );
     assert_eq!(fake.rpcs(), ["AuthTokenGet"], "nothing else was tried");
 }
 
@@ -152,7 +201,10 @@ async fn modal_managed_credentials_send_placeholders_never_the_users_own() {
     });
     let backend = open(&config).await.unwrap();
     assert!(backend.descriptor().target.contains("credential gateway"));
-    let r = backend.run(&CommandSpec::new(["echo", "via gateway"])).await.unwrap();
+    let r = backend
+        .run(&CommandSpec::new(["echo", "via gateway"]))
+        .await
+        .unwrap();
     assert_eq!(r.stdout.text(), "via gateway\n");
     for call in gateway.state.calls.lock().unwrap().iter() {
         if let Some(secret) = call.metadata.get("x-modal-token-secret") {
@@ -189,7 +241,11 @@ async fn modal_unreachable_gateway_fails_closed_without_trying_direct_credential
         assert!(matches!(e, ExecError::Unavailable { .. }), "{mode:?}: {e}");
         assert!(e.to_string().contains(&dead), "{e}");
     }
-    assert!(direct.rpcs().is_empty(), "the direct server was contacted: {:?}", direct.rpcs());
+    assert!(
+        direct.rpcs().is_empty(),
+        "the direct server was contacted: {:?}",
+        direct.rpcs()
+    );
 }
 
 #[tokio::test]
@@ -203,7 +259,10 @@ async fn modal_direct_mode_without_credentials_lists_what_it_checked() {
         Ok(_) => panic!("opened without credentials"),
         Err(e) => e.to_string(),
     };
-    assert!(e.contains("MODAL_TOKEN_ID and MODAL_TOKEN_SECRET: not set"), "{e}");
+    assert!(
+        e.contains("MODAL_TOKEN_ID and MODAL_TOKEN_SECRET: not set"),
+        "{e}"
+    );
     assert!(e.contains("/nonexistent/modal.toml: not found"), "{e}");
     assert!(e.contains("modal token new"), "{e}");
     assert!(fake.rpcs().is_empty());
@@ -232,7 +291,12 @@ async fn modal_timeout_kills_the_whole_tree_inside_the_sandbox() {
         assert!(left.is_empty(), "left in the sandbox: {left:?}");
     }
     assert!(
-        fake.state.sandboxes.lock().unwrap().values().all(|s| !s.terminated),
+        fake.state
+            .sandboxes
+            .lock()
+            .unwrap()
+            .values()
+            .all(|s| !s.terminated),
         "the supervisor ended it; the sandbox was not needed as a backstop"
     );
 }
@@ -264,9 +328,17 @@ async fn modal_output_survives_broken_and_slow_streams() {
         Some(p) => std::fs::read_to_string(p).unwrap(),
         None => c.text(),
     };
-    assert_eq!(full(&r.stdout), want_out, "nothing lost or repeated across reconnections");
+    assert_eq!(
+        full(&r.stdout),
+        want_out,
+        "nothing lost or repeated across reconnections"
+    );
     assert_eq!(full(&r.stderr), want_err);
-    let reads = fake.rpcs().iter().filter(|r| *r == "TaskExecStdioRead").count();
+    let reads = fake
+        .rpcs()
+        .iter()
+        .filter(|r| *r == "TaskExecStdioRead")
+        .count();
     assert!(reads > 4, "the streams were resumed ({reads} reads)");
 }
 
@@ -286,35 +358,69 @@ async fn modal_background_jobs_are_polled_read_waited_for_and_killed_from_anothe
     assert!(job.as_str().starts_with("sb-"), "{job}");
     let n = unique_seconds();
     let long = backend
-        .spawn(&CommandSpec::new(["sh", "-c", &format!("setsid sleep {n} & (trap '' TERM; exec sleep {}) & wait", n + 1)]))
+        .spawn(&CommandSpec::new([
+            "sh",
+            "-c",
+            &format!(
+                "setsid sleep {n} & (trap '' TERM; exec sleep {}) & wait",
+                n + 1
+            ),
+        ]))
         .await
         .unwrap();
     backend.close().await.unwrap();
     assert!(
-        fake.state.sandboxes.lock().unwrap().values().all(|s| !s.terminated),
+        fake.state
+            .sandboxes
+            .lock()
+            .unwrap()
+            .values()
+            .all(|s| !s.terminated),
         "a sandbox with background jobs outlives close"
     );
     // A new backend (as a later `nestbox exec` would be) reaches the jobs by id.
     let other = open(&config).await.unwrap();
-    let s = other.wait(&job, Some(Duration::from_secs(20))).await.unwrap();
+    let s = other
+        .wait(&job, Some(Duration::from_secs(20)))
+        .await
+        .unwrap();
     assert_eq!(
         s.state,
-        JobState::Finished { exit_code: 6, timed_out: false, killed: false }
+        JobState::Finished {
+            exit_code: 6,
+            timed_out: false,
+            killed: false
+        }
     );
     let c = other.read(&job, Stream::Stdout, 0, 4096).await.unwrap();
     assert_eq!(String::from_utf8_lossy(&c.data), secret);
     assert!(c.complete);
-    assert!(host_processes_with(&secret).is_empty(), "a command line carries the value");
-    let req = fake.state.exec_requests.lock().unwrap().iter().any(|r| r.env.get("NB_TOKEN") == Some(&secret));
+    assert!(
+        host_processes_with(&secret).is_empty(),
+        "a command line carries the value"
+    );
+    let req = fake
+        .state
+        .exec_requests
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|r| r.env.get("NB_TOKEN") == Some(&secret));
     assert!(req, "the value travels in the exec request's env field");
     let k = other.kill(&long).await.unwrap();
-    assert!(matches!(k.state, JobState::Finished { killed: true, .. }), "{k:?}");
+    assert!(
+        matches!(k.state, JobState::Finished { killed: true, .. }),
+        "{k:?}"
+    );
     for i in 0..2 {
         let left = wait_until_gone(&format!("sleep {}", n + i), Duration::from_secs(5));
         assert!(left.is_empty(), "survived the kill: {left:?}");
     }
     other.forget(&job).await.unwrap();
-    assert!(matches!(other.poll(&job).await, Err(ExecError::NoSuchJob { .. })));
+    assert!(matches!(
+        other.poll(&job).await,
+        Err(ExecError::NoSuchJob { .. })
+    ));
 }
 
 #[tokio::test]

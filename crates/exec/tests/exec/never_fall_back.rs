@@ -193,7 +193,13 @@ async fn an_unreachable_slurm_controller_refuses_instead_of_running_on_the_host(
     }));
     let e = refuses(&config, &dir.path().join("ran")).await;
     assert!(
-        matches!(e, ExecError::Unavailable { backend: BackendKind::Slurm, .. }),
+        matches!(
+            e,
+            ExecError::Unavailable {
+                backend: BackendKind::Slurm,
+                ..
+            }
+        ),
         "{e}"
     );
 }

@@ -84,7 +84,11 @@ async fn slurm_run_reports_the_exact_exit_code_and_keeps_streams_apart() {
     let (config, _s) = slurm_config(|c| c.cage = false);
     let backend = open(&config).await.unwrap();
     let r = backend
-        .run(&CommandSpec::new(["sh", "-c", "echo out; echo err >&2; exit 7"]))
+        .run(&CommandSpec::new([
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 7",
+        ]))
         .await
         .unwrap();
     assert_eq!(r.exit_code, Some(7));
@@ -96,7 +100,10 @@ async fn slurm_run_reports_the_exact_exit_code_and_keeps_streams_apart() {
         .await
         .unwrap();
     assert_eq!(r.exit_code, Some(137), "death by SIGKILL is 128+9");
-    let r = backend.run(&CommandSpec::new(["pwd"]).workdir("/var")).await.unwrap();
+    let r = backend
+        .run(&CommandSpec::new(["pwd"]).workdir("/var"))
+        .await
+        .unwrap();
     assert_eq!(r.stdout.text(), "/var\n");
 }
 
@@ -114,7 +121,11 @@ async fn slurm_steps_run_in_the_cage_on_the_compute_node() {
         .await
         .unwrap();
     assert_eq!(r.exit_code, Some(0), "{}", r.stderr.text());
-    assert!(r.stdout.text().contains("NoNewPrivs:\t1"), "{}", r.stdout.text());
+    assert!(
+        r.stdout.text().contains("NoNewPrivs:\t1"),
+        "{}",
+        r.stdout.text()
+    );
     assert!(r.stdout.text().contains("refused"), "{}", r.stdout.text());
     assert!(!std::path::Path::new("/etc/nestbox-escape").exists());
 }
@@ -138,9 +149,15 @@ async fn slurm_refuses_to_run_uncaged_when_nestbox_is_missing_on_the_node() {
         .spawn(&CommandSpec::new(["touch", &marker.display().to_string()]))
         .await
         .unwrap();
-    let s = backend.wait(&job, Some(Duration::from_secs(30))).await.unwrap();
+    let s = backend
+        .wait(&job, Some(Duration::from_secs(30)))
+        .await
+        .unwrap();
     assert!(
-        matches!(s.state, JobState::Finished { exit_code: 125, .. } | JobState::Lost),
+        matches!(
+            s.state,
+            JobState::Finished { exit_code: 125, .. } | JobState::Lost
+        ),
         "{s:?}"
     );
     assert!(!marker.exists(), "the background job ran uncaged");
@@ -179,11 +196,20 @@ async fn slurm_forwards_environment_values_without_putting_them_on_a_command_lin
         .unwrap();
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(2) {
-        assert!(host_processes_with(&secret).is_empty(), "a command line carries the value");
+        assert!(
+            host_processes_with(&secret).is_empty(),
+            "a command line carries the value"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let s = backend.wait(&job, Some(Duration::from_secs(30))).await.unwrap();
-    assert!(matches!(s.state, JobState::Finished { exit_code: 0, .. }), "{s:?}");
+    let s = backend
+        .wait(&job, Some(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert!(
+        matches!(s.state, JobState::Finished { exit_code: 0, .. }),
+        "{s:?}"
+    );
     let out = backend.read(&job, Stream::Stdout, 0, 4096).await.unwrap();
     assert_eq!(String::from_utf8_lossy(&out.data), secret);
     backend.forget(&job).await.unwrap();
@@ -223,14 +249,23 @@ async fn slurm_kill_ends_a_tree_that_ignores_sigterm_and_calls_setsid() {
         n + 1,
         n + 2
     );
-    let job = backend.spawn(&CommandSpec::new(["sh", "-c", &script])).await.unwrap();
+    let job = backend
+        .spawn(&CommandSpec::new(["sh", "-c", &script]))
+        .await
+        .unwrap();
     let start = Instant::now();
     while host_processes_with(&format!("sleep {}", n + 2)).is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(30), "the job never started");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the job never started"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let s = backend.kill(&job).await.unwrap();
-    let JobState::Finished { exit_code, killed, .. } = s.state else {
+    let JobState::Finished {
+        exit_code, killed, ..
+    } = s.state
+    else {
         panic!("{s:?}")
     };
     assert!(killed);
@@ -259,7 +294,10 @@ async fn slurm_job_cancelled_outside_nestbox_is_reported_killed_not_successful()
         if !c.data.is_empty() {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "the job never started");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the job never started"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let slurm_id = job.as_str().split('.').next().unwrap();
@@ -269,12 +307,21 @@ async fn slurm_job_cancelled_outside_nestbox_is_reported_killed_not_successful()
         .status()
         .unwrap();
     assert!(st.success());
-    let s = backend.wait(&job, Some(Duration::from_secs(60))).await.unwrap();
-    let JobState::Finished { exit_code, killed, .. } = s.state else {
+    let s = backend
+        .wait(&job, Some(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let JobState::Finished {
+        exit_code, killed, ..
+    } = s.state
+    else {
         panic!("{s:?}")
     };
     assert!(killed, "{s:?}");
-    assert!(exit_code > 128, "exit {exit_code}: a cancelled job must not look like success");
+    assert!(
+        exit_code > 128,
+        "exit {exit_code}: a cancelled job must not look like success"
+    );
     backend.forget(&job).await.unwrap();
 }
 
@@ -290,8 +337,19 @@ async fn slurm_background_jobs_are_polled_read_by_offset_and_waited_for() {
         ]))
         .await
         .unwrap();
-    assert!(job.as_str().split('.').next().unwrap().parse::<u64>().is_ok(), "{job}");
-    let s = backend.wait(&job, Some(Duration::from_secs(60))).await.unwrap();
+    assert!(
+        job.as_str()
+            .split('.')
+            .next()
+            .unwrap()
+            .parse::<u64>()
+            .is_ok(),
+        "{job}"
+    );
+    let s = backend
+        .wait(&job, Some(Duration::from_secs(60)))
+        .await
+        .unwrap();
     assert_eq!(
         s.state,
         JobState::Finished {
@@ -302,7 +360,10 @@ async fn slurm_background_jobs_are_polled_read_by_offset_and_waited_for() {
     );
     assert_eq!((s.stdout_bytes, s.stderr_bytes), (13, 2));
     let c = backend.read(&job, Stream::Stdout, 4, 3).await.unwrap();
-    assert_eq!((c.data.as_slice(), c.next_offset, c.complete), (&b"456"[..], 7, false));
+    assert_eq!(
+        (c.data.as_slice(), c.next_offset, c.complete),
+        (&b"456"[..], 7, false)
+    );
     let c = backend.read(&job, Stream::Stdout, 7, 100).await.unwrap();
     assert_eq!((c.data.as_slice(), c.complete), (&b"789abc"[..], true));
     let c = backend.read(&job, Stream::Stderr, 0, 100).await.unwrap();
@@ -324,7 +385,11 @@ async fn slurm_many_jobs_at_once_each_report_their_own_exit_code() {
     let mut jobs = Vec::new();
     for k in 0..8 {
         let job = backend
-            .spawn(&CommandSpec::new(["sh", "-c", &format!("echo job{k}; exit {k}")]))
+            .spawn(&CommandSpec::new([
+                "sh",
+                "-c",
+                &format!("echo job{k}; exit {k}"),
+            ]))
             .await
             .unwrap();
         jobs.push((k, job));
@@ -337,7 +402,10 @@ async fn slurm_many_jobs_at_once_each_report_their_own_exit_code() {
     let codes = futures_util::future::join_all(runs).await;
     assert_eq!(codes, vec![Some(10), Some(11), Some(12), Some(13)]);
     for (k, job) in jobs {
-        let s = backend.wait(&job, Some(Duration::from_secs(120))).await.unwrap();
+        let s = backend
+            .wait(&job, Some(Duration::from_secs(120)))
+            .await
+            .unwrap();
         assert!(
             matches!(s.state, JobState::Finished { exit_code, .. } if exit_code == k),
             "job {k}: {s:?}"

@@ -69,7 +69,12 @@ impl State {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_string();
-        let bytes = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let bytes = req
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         self.requests.lock().unwrap().push(Seen {
             method: method.clone(),
@@ -78,7 +83,10 @@ impl State {
             body: body.clone(),
         });
         if authorization != format!("Bearer {}", self.key) {
-            return reply(StatusCode::UNAUTHORIZED, json!({"statusCode": 401, "message": "Invalid API key"}));
+            return reply(
+                StatusCode::UNAUTHORIZED,
+                json!({"statusCode": 401, "message": "Invalid API key"}),
+            );
         }
         let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
         match (method.as_str(), parts.as_slice()) {
@@ -90,7 +98,10 @@ impl State {
                 if let Some(n) = body["name"].as_str()
                     && self.find(n).is_some()
                 {
-                    return reply(StatusCode::CONFLICT, json!({"message": format!("Sandbox with name {n} already exists")}));
+                    return reply(
+                        StatusCode::CONFLICT,
+                        json!({"message": format!("Sandbox with name {n} already exists")}),
+                    );
                 }
                 let id = format!("sbx-{}", nestbox_exec::job::random_token(6));
                 let url = self.url.lock().unwrap().clone();
@@ -109,11 +120,17 @@ impl State {
                     }
                     reply(StatusCode::OK, sb)
                 }
-                None => reply(StatusCode::NOT_FOUND, json!({"message": "Sandbox not found"})),
+                None => reply(
+                    StatusCode::NOT_FOUND,
+                    json!({"message": "Sandbox not found"}),
+                ),
             },
             ("POST", ["sandbox", id, action]) => {
                 let Some((real, _)) = self.find(id) else {
-                    return reply(StatusCode::NOT_FOUND, json!({"message": "Sandbox not found"}));
+                    return reply(
+                        StatusCode::NOT_FOUND,
+                        json!({"message": "Sandbox not found"}),
+                    );
                 };
                 match *action {
                     "start" => self.set_state(&real, "starting"),
@@ -127,36 +144,54 @@ impl State {
             }
             ("DELETE", ["sandbox", id]) => {
                 let Some((real, _)) = self.find(id) else {
-                    return reply(StatusCode::NOT_FOUND, json!({"message": "Sandbox not found"}));
+                    return reply(
+                        StatusCode::NOT_FOUND,
+                        json!({"message": "Sandbox not found"}),
+                    );
                 };
                 super::kill_marked(MARKER, &real);
                 self.set_state(&real, "destroyed");
                 reply(StatusCode::OK, self.find(&real).unwrap().1)
             }
-            ("POST", ["toolbox", id, "process", "session"]) => {
-                match self.find(id) {
-                    Some((_, sb)) if sb["state"] == "started" => reply(StatusCode::CREATED, json!({})),
-                    _ => reply(StatusCode::BAD_REQUEST, json!({"message": "sandbox is not started"})),
-                }
-            }
+            ("POST", ["toolbox", id, "process", "session"]) => match self.find(id) {
+                Some((_, sb)) if sb["state"] == "started" => reply(StatusCode::CREATED, json!({})),
+                _ => reply(
+                    StatusCode::BAD_REQUEST,
+                    json!({"message": "sandbox is not started"}),
+                ),
+            },
             ("POST", ["toolbox", id, "process", "session", _session, "exec"]) => {
                 let Some((real, sb)) = self.find(id) else {
-                    return reply(StatusCode::NOT_FOUND, json!({"message": "Sandbox not found"}));
+                    return reply(
+                        StatusCode::NOT_FOUND,
+                        json!({"message": "Sandbox not found"}),
+                    );
                 };
                 if sb["state"] != "started" {
-                    return reply(StatusCode::BAD_REQUEST, json!({"message": "sandbox is not started"}));
+                    return reply(
+                        StatusCode::BAD_REQUEST,
+                        json!({"message": "sandbox is not started"}),
+                    );
                 }
                 let command = body["command"].as_str().unwrap_or_default().to_string();
                 let out = run_in_shell(&real, &command).await;
-                reply(StatusCode::OK, json!({
-                    "cmdId": format!("cmd-{}", nestbox_exec::job::random_token(4)),
-                    "exitCode": out.0,
-                    "stdout": out.1,
-                    "stderr": out.2,
-                }))
+                reply(
+                    StatusCode::OK,
+                    json!({
+                        "cmdId": format!("cmd-{}", nestbox_exec::job::random_token(4)),
+                        "exitCode": out.0,
+                        "stdout": out.1,
+                        "stderr": out.2,
+                    }),
+                )
             }
-            ("DELETE", ["toolbox", _id, "process", "session", _session]) => reply(StatusCode::NO_CONTENT, json!({})),
-            _ => reply(StatusCode::NOT_FOUND, json!({"message": format!("no route {method} {path}")})),
+            ("DELETE", ["toolbox", _id, "process", "session", _session]) => {
+                reply(StatusCode::NO_CONTENT, json!({}))
+            }
+            _ => reply(
+                StatusCode::NOT_FOUND,
+                json!({"message": format!("no route {method} {path}")}),
+            ),
         }
     }
 }
@@ -204,7 +239,9 @@ impl FakeDaytona {
         let st = state.clone();
         let task = tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { return };
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
                 let st = st.clone();
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {

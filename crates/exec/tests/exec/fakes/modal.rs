@@ -22,7 +22,10 @@ pub mod pb {
         include!(concat!(env!("OUT_DIR"), "/modal-server/modal.client.rs"));
     }
     pub mod router {
-        include!(concat!(env!("OUT_DIR"), "/modal-server/modal.task_command_router.rs"));
+        include!(concat!(
+            env!("OUT_DIR"),
+            "/modal-server/modal.task_command_router.rs"
+        ));
     }
 }
 use pb::client as c;
@@ -151,7 +154,9 @@ impl Svc {
         if self.state.tokens.lock().unwrap().contains(&token) {
             Ok(())
         } else {
-            Err(Status::unauthenticated("missing or unknown x-modal-auth-token"))
+            Err(Status::unauthenticated(
+                "missing or unknown x-modal-auth-token",
+            ))
         }
     }
 
@@ -258,7 +263,9 @@ impl c::modal_client_server::ModalClient for Svc {
                 }))
                 .await;
         });
-        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+            rx,
+        )))
     }
 
     async fn sandbox_create(
@@ -347,7 +354,9 @@ impl c::modal_client_server::ModalClient for Svc {
         req: Request<c::SandboxWaitRequest>,
     ) -> Result<Response<c::SandboxWaitResponse>, Status> {
         self.authed("SandboxWait", &req)?;
-        Err(Status::unimplemented("the fake does not wait for sandboxes"))
+        Err(Status::unimplemented(
+            "the fake does not wait for sandboxes",
+        ))
     }
 }
 
@@ -374,7 +383,11 @@ async fn drain(mut from: impl tokio::io::AsyncRead + Unpin, exec: Arc<Exec>, std
     loop {
         let n = from.read(&mut buf).await.unwrap_or(0);
         {
-            let mut o = if stderr { exec.err.lock().unwrap() } else { exec.out.lock().unwrap() };
+            let mut o = if stderr {
+                exec.err.lock().unwrap()
+            } else {
+                exec.out.lock().unwrap()
+            };
             if n == 0 {
                 o.closed = true;
             } else {
@@ -438,8 +451,8 @@ impl r::task_command_router_server::TaskCommandRouter for Svc {
         tokio::spawn(drain(child.stdout.take().unwrap(), exec.clone(), false));
         tokio::spawn(drain(child.stderr.take().unwrap(), exec.clone(), true));
         tokio::spawn(async move {
-            use std::os::unix::process::ExitStatusExt;
             use r::task_exec_wait_response::ExitStatus;
+            use std::os::unix::process::ExitStatusExt;
             let st = child.wait().await.unwrap();
             *exec.status.lock().unwrap() = Some(match st.code() {
                 Some(c) => ExitStatus::Code(c),
@@ -471,13 +484,22 @@ impl r::task_command_router_server::TaskCommandRouter for Svc {
             loop {
                 let notified = exec.changed.notified();
                 let (chunk, done) = {
-                    let o = if stderr { exec.err.lock().unwrap() } else { exec.out.lock().unwrap() };
+                    let o = if stderr {
+                        exec.err.lock().unwrap()
+                    } else {
+                        exec.out.lock().unwrap()
+                    };
                     let end = o.data.len().min(pos + 4096);
-                    (o.data[pos.min(end)..end].to_vec(), o.closed && end == o.data.len())
+                    (
+                        o.data[pos.min(end)..end].to_vec(),
+                        o.closed && end == o.data.len(),
+                    )
                 };
                 if !chunk.is_empty() {
                     if break_after.is_some_and(|n| sent >= n) {
-                        let _ = tx.send(Err(Status::unavailable("fake: stream broken"))).await;
+                        let _ = tx
+                            .send(Err(Status::unavailable("fake: stream broken")))
+                            .await;
                         return;
                     }
                     if let Some(d) = delay {
@@ -485,7 +507,11 @@ impl r::task_command_router_server::TaskCommandRouter for Svc {
                     }
                     pos += chunk.len();
                     sent += 1;
-                    if tx.send(Ok(r::TaskExecStdioReadResponse { data: chunk })).await.is_err() {
+                    if tx
+                        .send(Ok(r::TaskExecStdioReadResponse { data: chunk }))
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                     continue;
@@ -496,7 +522,9 @@ impl r::task_command_router_server::TaskCommandRouter for Svc {
                 let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
             }
         });
-        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+            rx,
+        )))
     }
 
     async fn task_exec_wait(
@@ -541,7 +569,9 @@ impl FakeModal {
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(c::modal_client_server::ModalClientServer::new(svc.clone()))
-                .add_service(r::task_command_router_server::TaskCommandRouterServer::new(svc))
+                .add_service(r::task_command_router_server::TaskCommandRouterServer::new(
+                    svc,
+                ))
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = rx.await;
                 }),
@@ -555,7 +585,13 @@ impl FakeModal {
 
     /// The RPC names called so far, in order.
     pub fn rpcs(&self) -> Vec<String> {
-        self.state.calls.lock().unwrap().iter().map(|c| c.rpc.clone()).collect()
+        self.state
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.rpc.clone())
+            .collect()
     }
 }
 
