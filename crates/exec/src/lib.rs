@@ -16,6 +16,9 @@
 //! | [`docker`] | a hardened container (dockerd or Podman) | a supervisor inside the container |
 //! | [`ssh`] | another machine, one multiplexed connection | a supervisor on that machine |
 //! | [`apptainer`] | an Apptainer container on this machine | the container's PID namespace |
+//! | [`slurm`] | a job on a Slurm cluster, caged on the compute node | `scancel` and the job script |
+//! | [`modal`] | a Modal sandbox (gRPC) | a supervisor in the sandbox; terminate as backstop |
+//! | [`daytona`] | a Daytona sandbox (REST) | a supervisor in the sandbox; stop as backstop |
 //!
 //! ## The trait
 //!
