@@ -35,7 +35,7 @@ batch='j=$(sbatch --parsable --export=NONE -o /dev/null --wrap true); while [ -n
 echo "bench: $("$NESTBOX" --version 2>/dev/null || echo nestbox), $(sinfo --version), proctrack/$NESTBOX_TEST_SLURM_PROCTRACK, $(nproc) cores" >&2
 hyperfine --warmup 3 --runs "$RUNS" -N \
   --export-markdown "$OUT/slurm.md" --export-json "$OUT/slurm.json" \
-  -n 'srun true' 'srun --export=NONE true' \
+  -n 'srun true' 'srun --export=NONE /bin/true' \
   -n 'nestbox exec slurm, uncaged' "$nb --no-cage -- true" \
   -n 'nestbox exec slurm, caged on the node' "$nb --launcher $NESTBOX -- true"
 hyperfine --warmup 1 --runs "$(( RUNS < 10 ? RUNS : 10 ))" \
