@@ -10,6 +10,11 @@ pub enum CageError {
     /// The kernel cannot enforce what the policy asks, and best effort was not requested.
     #[error("{0}")]
     Unsupported(String),
+    /// The step's own PID, mount and network namespaces could not be created here (no user
+    /// namespaces, an outer sandbox refusing them, a /proc that cannot be mounted). The caller
+    /// may prepare the step again with `shared_namespaces`, and must say so.
+    #[error("{0}")]
+    NamespacesUnavailable(String),
     /// Something nestbox itself needs failed (temp dir, fork, a system call).
     #[error("{0}")]
     Setup(String),

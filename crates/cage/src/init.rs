@@ -140,6 +140,9 @@ pub(crate) unsafe fn init_main(plan: &ChildPlan, sync: RawFd, status: RawFd) -> 
         {
             fail(sync, Stage::PidNs, sys::errno());
         }
+        if plan.empty_netns && !crate::netns::loopback_up() {
+            fail(sync, Stage::Netns, sys::errno());
+        }
         if let Some(netns) = &plan.netns {
             match crate::netns::listen_inside(netns.port) {
                 Ok(listener) => {

@@ -41,6 +41,7 @@ mod error;
 mod init;
 pub mod landlock;
 mod netns;
+pub mod outfile;
 pub mod plan;
 pub mod probe;
 pub mod report;

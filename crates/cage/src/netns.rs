@@ -51,7 +51,7 @@ unsafe fn write_file(path: &[u8], data: &CString) -> bool {
 }
 
 /// Sets the `IFF_UP` flag on `lo`.
-unsafe fn loopback_up() -> bool {
+pub(crate) unsafe fn loopback_up() -> bool {
     // SAFETY: ioctl on a throwaway socket with a zeroed, correctly sized ifreq.
     unsafe {
         let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);

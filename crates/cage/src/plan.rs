@@ -23,6 +23,9 @@ use crate::resolve::{self, ResolveContext, ResolvedPath};
 use crate::seccomp;
 use crate::stepdir::StepDir;
 
+/// What the report says when the step shares the launcher's PID namespace.
+pub const SHARED_PIDS_NOTE: &str = "shared PID namespace (the step's own namespaces cannot be created here): the step can see other processes' command lines in /proc, and processes it detaches may outlive a launcher killed with SIGKILL";
+
 /// How the step reaches the network. The relay integration fills in the port modes.
 #[derive(Clone, Debug, Default)]
 pub enum Network {
@@ -60,6 +63,9 @@ pub struct StepRequest {
     pub network: Network,
     /// Variables set by nestbox itself (proxy settings), below the policy's own.
     pub extra_env: Vec<(String, OsString)>,
+    /// Run without the step's own PID, mount and network namespaces, even where they could be
+    /// created (the launcher falls back to this when they cannot, and reports it).
+    pub shared_namespaces: bool,
 }
 
 /// Everything the child needs between fork and exec, allocated beforehand.
@@ -75,6 +81,9 @@ pub(crate) struct ChildPlan {
     pub netns: Option<NetnsPlan>,
     /// The step's own PID namespace with a fresh /proc, when the kernel allows it.
     pub pid_ns: Option<PidNsPlan>,
+    /// With `pid_ns` and no relay: a network namespace holding only `lo` (no network at all,
+    /// but the step's own local servers work).
+    pub empty_netns: bool,
     /// NULL-terminated pointers into `argv` and `envp`, built by `seal` just before the fork.
     pub argv_ptrs: Vec<*const libc::c_char>,
     pub envp_ptrs: Vec<*const libc::c_char>,
@@ -307,9 +316,18 @@ impl PreparedStep {
             });
         }
 
-        // In netns mode the namespace is the network boundary (only `lo` and the relay), so TCP
-        // inside it stays free: a test suite may run its own local servers.
-        let own_netns = matches!(req.network, Network::Netns { .. });
+        // The step gets its own PID, mount and network namespaces where the kernel allows it.
+        let isolate = !req.shared_namespaces && crate::init::likely_available();
+        if matches!(req.network, Network::Netns { .. }) && !isolate {
+            return Err(CageError::NamespacesUnavailable(
+                "netns mode needs the step's own namespaces, which cannot be created here".into(),
+            ));
+        }
+        let empty_netns = isolate && matches!(req.network, Network::None);
+        // In its own network namespace (only `lo`, and the relay in netns mode) the namespace is
+        // the network boundary, so TCP inside it stays free: a test suite may run its own local
+        // servers. Elsewhere Landlock governs TCP, and the filter refuses `listen`.
+        let own_netns = empty_netns || matches!(req.network, Network::Netns { .. });
         let ruleset = if negotiated.abi > 0 {
             Some(
                 Ruleset::create(negotiated.abi, !own_netns)
@@ -366,9 +384,12 @@ impl PreparedStep {
             .collect();
         let not_on_path = vec![workdir.clone(), dir.root().to_path_buf()];
 
+        let filter_options = seccomp::FilterOptions {
+            deny_listen: !own_netns,
+        };
         let seccomp_ok = seccomp_available();
         let filter = match seccomp_ok {
-            Ok(()) => Some(seccomp::build()),
+            Ok(()) => Some(seccomp::build(filter_options)),
             Err(e) if req.best_effort => {
                 dropped.push(format!(
                     "seccomp filter ({e}): unix sockets, io_uring, namespaces, ptrace and the rest of the deny list are not blocked"
@@ -431,7 +452,7 @@ impl PreparedStep {
             }
         }
         let (rlimits, limit_report) = rlimits(&req.policy, cgroup.as_ref());
-        let pid_ns = crate::init::likely_available().then(PidNsPlan::new);
+        let pid_ns = isolate.then(PidNsPlan::new);
         let mut envp = Vec::with_capacity(env.len());
         for (k, v) in &env {
             let mut kv = k.clone().into_bytes();
@@ -486,13 +507,17 @@ impl PreparedStep {
             },
             seccomp: SeccompReport {
                 enforced: filter.is_some(),
-                filter: filter.as_ref().map(|f| seccomp::summary(f.len())),
+                filter: filter
+                    .as_ref()
+                    .map(|f| seccomp::summary(filter_options, f.len())),
             },
             network: match &req.network {
                 Network::None => NetworkReport {
                     mode: "none".into(),
-                    notes: vec![if tcp_restricted {
-                        "no network: Landlock refuses every TCP connect and bind, and the seccomp filter refuses every other socket type".into()
+                    notes: vec![if empty_netns {
+                        "no network: the step has its own network namespace holding only lo (its own local servers work, nothing else is reachable), and the seccomp filter refuses every socket but TCP".into()
+                    } else if tcp_restricted {
+                        "no network: Landlock refuses every TCP connect and bind, and the seccomp filter refuses listen, TCP Fast Open and every socket but TCP".into()
                     } else {
                         "TCP is NOT restricted on this kernel (best effort)".into()
                     }],
@@ -503,7 +528,7 @@ impl PreparedStep {
             processes: if pid_ns.is_some() {
                 "own PID namespace with a fresh /proc: the step sees only its own processes, and every one of them ends with the step".into()
             } else {
-                "shared PID namespace (user namespaces unavailable): the step can see other processes' command lines in /proc".into()
+                SHARED_PIDS_NOTE.into()
             },
             no_new_privs: true,
             capabilities: if privileged {
@@ -533,6 +558,7 @@ impl PreparedStep {
             user: req.user,
             netns,
             pid_ns,
+            empty_netns,
             argv_ptrs: Vec::new(),
             envp_ptrs: Vec::new(),
         };

@@ -178,6 +178,10 @@ pub struct FilterSummary {
     pub clone: &'static str,
     pub clone3: &'static str,
     pub ioctl: &'static str,
+    pub send: &'static str,
+    pub listen: &'static str,
+    pub chmod: &'static str,
+    pub xattr: &'static str,
     pub denied: Vec<&'static str>,
     pub instructions: usize,
 }
@@ -296,15 +300,54 @@ fn errno(e: i32) -> u32 {
     RET_ERRNO | (e as u32 & 0xffff)
 }
 
-/// Emits the argument checks of one call; jumps to `allow` or `eperm`.
-type ArgBlock = fn(&mut Asm, usize, usize);
+/// `MSG_FASTOPEN`: connects inside `sendto`/`sendmsg`, where Landlock's connect check does not
+/// look (landlock-lsm/linux#41), so it is refused outright.
+const MSG_FASTOPEN: u32 = 0x2000_0000;
+
+/// The set-user-ID and set-group-ID mode bits (refused in every chmod: a caged step has no
+/// business making set-id programs, and for a root step they would be a way to root).
+const SET_ID_BITS: u32 = 0o6000;
+
+/// Extended attributes are refused with EOPNOTSUPP, as on a filesystem without them: Landlock
+/// does not govern them, and an owner can grant others access through a POSIX ACL.
+pub const XATTR_WRITES: &[(&str, libc::c_long)] = &[
+    ("setxattr", libc::SYS_setxattr),
+    ("lsetxattr", libc::SYS_lsetxattr),
+    ("fsetxattr", libc::SYS_fsetxattr),
+    ("removexattr", libc::SYS_removexattr),
+    ("lremovexattr", libc::SYS_lremovexattr),
+    ("fremovexattr", libc::SYS_fremovexattr),
+];
+
+/// What varies between steps.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FilterOptions {
+    /// Refuse `listen`: when TCP is governed by Landlock (no network, port mode), a `listen` on
+    /// an unbound socket would pick a port by itself, around Landlock's bind rule.
+    pub deny_listen: bool,
+}
+
+/// The argument checks, one per call that has them.
+#[derive(Clone, Copy)]
+enum Check {
+    Socket,
+    Socketpair,
+    NoNamespaces,
+    Ioctl,
+    /// EPERM when any bit of `mask` is set in argument `arg`.
+    Flags {
+        arg: u32,
+        mask: u32,
+    },
+}
 
 /// Builds the filter program.
-pub fn build() -> Vec<Insn> {
+pub fn build(options: FilterOptions) -> Vec<Insn> {
     use Target::*;
     let mut a = Asm::new();
     let allow = a.label();
     let eperm = a.label();
+    let enotsup = a.label();
 
     // 1. architecture
     a.load(OFF_ARCH);
@@ -318,6 +361,12 @@ pub fn build() -> Vec<Insn> {
     for &(_, nr, _) in DENIED {
         a.jump(BPF_JEQ_K, nr as u32, Label(eperm), Next);
     }
+    if options.deny_listen {
+        a.jump(BPF_JEQ_K, libc::SYS_listen as u32, Label(eperm), Next);
+    }
+    for &(_, nr) in XATTR_WRITES {
+        a.jump(BPF_JEQ_K, nr as u32, Label(enotsup), Next);
+    }
     // 4. clone3 -> ENOSYS
     let not_clone3 = a.label();
     a.jump(BPF_JEQ_K, libc::SYS_clone3 as u32, Next, Label(not_clone3));
@@ -325,23 +374,84 @@ pub fn build() -> Vec<Insn> {
     a.bind(not_clone3);
 
     // Calls with argument checks: each block ends in a return, so skipping it keeps A = nr.
-    let arg_checks: [(libc::c_long, ArgBlock); 5] = [
-        (libc::SYS_socket, socket_block),
-        (libc::SYS_socketpair, socketpair_block),
-        (libc::SYS_clone, clone_block),
-        (libc::SYS_unshare, unshare_block),
-        (libc::SYS_ioctl, ioctl_block),
+    let mut checks: Vec<(libc::c_long, Check)> = vec![
+        (libc::SYS_socket, Check::Socket),
+        (libc::SYS_socketpair, Check::Socketpair),
+        (libc::SYS_clone, Check::NoNamespaces),
+        (libc::SYS_unshare, Check::NoNamespaces),
+        (libc::SYS_ioctl, Check::Ioctl),
+        (
+            libc::SYS_sendto,
+            Check::Flags {
+                arg: 3,
+                mask: MSG_FASTOPEN,
+            },
+        ),
+        (
+            libc::SYS_sendmsg,
+            Check::Flags {
+                arg: 2,
+                mask: MSG_FASTOPEN,
+            },
+        ),
+        (
+            libc::SYS_sendmmsg,
+            Check::Flags {
+                arg: 3,
+                mask: MSG_FASTOPEN,
+            },
+        ),
+        (
+            libc::SYS_fchmod,
+            Check::Flags {
+                arg: 1,
+                mask: SET_ID_BITS,
+            },
+        ),
+        (
+            libc::SYS_fchmodat,
+            Check::Flags {
+                arg: 2,
+                mask: SET_ID_BITS,
+            },
+        ),
+        (
+            libc::SYS_fchmodat2,
+            Check::Flags {
+                arg: 2,
+                mask: SET_ID_BITS,
+            },
+        ),
     ];
-    for (nr, block) in arg_checks {
+    #[cfg(target_arch = "x86_64")]
+    checks.push((
+        libc::SYS_chmod,
+        Check::Flags {
+            arg: 1,
+            mask: SET_ID_BITS,
+        },
+    ));
+    for (nr, check) in checks {
         let skip = a.label();
         a.jump(BPF_JEQ_K, nr as u32, Next, Label(skip));
-        block(&mut a, allow, eperm);
+        match check {
+            Check::Socket => socket_block(&mut a, allow, eperm),
+            Check::Socketpair => socketpair_block(&mut a, allow, eperm),
+            Check::NoNamespaces => no_namespaces_block(&mut a, allow, eperm),
+            Check::Ioctl => ioctl_block(&mut a, allow, eperm),
+            Check::Flags { arg, mask } => {
+                a.load(off_arg_lo(arg));
+                a.jump(BPF_JSET_K, mask, Label(eperm), Label(allow));
+            }
+        }
         a.bind(skip);
     }
     a.bind(allow);
     a.ret(RET_ALLOW);
     a.bind(eperm);
     a.ret(errno(libc::EPERM));
+    a.bind(enotsup);
+    a.ret(errno(libc::EOPNOTSUPP));
     a.finish()
 }
 
@@ -384,8 +494,9 @@ fn socketpair_block(a: &mut Asm, allow: usize, eperm: usize) {
     );
 }
 
-/// clone(flags, ...): no new namespaces. Flags are argument 0 on x86_64 and aarch64.
-fn clone_block(a: &mut Asm, allow: usize, eperm: usize) {
+/// clone(flags, ...) and unshare(flags): no new namespaces. Flags are argument 0 of both, on
+/// x86_64 and aarch64.
+fn no_namespaces_block(a: &mut Asm, allow: usize, eperm: usize) {
     a.load(off_arg_lo(0));
     a.jump(
         BPF_JSET_K,
@@ -393,11 +504,6 @@ fn clone_block(a: &mut Asm, allow: usize, eperm: usize) {
         Target::Label(eperm),
         Target::Label(allow),
     );
-}
-
-/// unshare(flags): no new namespaces.
-fn unshare_block(a: &mut Asm, allow: usize, eperm: usize) {
-    clone_block(a, allow, eperm);
 }
 
 /// ioctl(fd, cmd, ...): no typing into terminals.
@@ -414,7 +520,7 @@ fn ioctl_block(a: &mut Asm, allow: usize, eperm: usize) {
 }
 
 /// What [`build`] enforces, in words.
-pub fn summary(program_len: usize) -> FilterSummary {
+pub fn summary(options: FilterOptions, program_len: usize) -> FilterSummary {
     FilterSummary {
         arch: if cfg!(target_arch = "x86_64") {
             "x86_64"
@@ -432,6 +538,14 @@ pub fn summary(program_len: usize) -> FilterSummary {
         clone: "namespace flags EPERM",
         clone3: "ENOSYS (libc falls back to clone)",
         ioctl: "TIOCSTI and TIOCLINUX EPERM",
+        send: "MSG_FASTOPEN EPERM (it would connect around Landlock's connect check)",
+        listen: if options.deny_listen {
+            "EPERM (an unbound listen would pick a port around Landlock's bind rule)"
+        } else {
+            "allowed (inside the step's own network namespace)"
+        },
+        chmod: "set-user-ID and set-group-ID bits EPERM",
+        xattr: "setting or removing extended attributes (POSIX ACLs) EOPNOTSUPP",
         denied: DENIED.iter().map(|d| d.0).collect(),
         instructions: program_len,
     }
@@ -497,7 +611,12 @@ mod tests {
     }
 
     fn call(nr: libc::c_long, args: [u64; 6]) -> u32 {
-        run(&build(), NATIVE_ARCH, nr as u32, args)
+        run(
+            &build(FilterOptions { deny_listen: true }),
+            NATIVE_ARCH,
+            nr as u32,
+            args,
+        )
     }
 
     const EPERM: u32 = RET_ERRNO | libc::EPERM as u32;
@@ -590,10 +709,51 @@ mod tests {
             call(libc::SYS_socketpair, [libc::AF_UNIX as u64, 1, 0, 0, 0, 0]),
             RET_ALLOW
         );
-        assert_eq!(run(&build(), 0x4000_0003, 20, [0; 6]), EPERM, "i386");
+        assert_eq!(
+            run(&build(FilterOptions::default()), 0x4000_0003, 20, [0; 6]),
+            EPERM,
+            "i386"
+        );
         if cfg!(target_arch = "x86_64") {
             assert_eq!(call(libc::SYS_getpid | 0x4000_0000, [0; 6]), EPERM, "x32");
         }
+    }
+
+    #[test]
+    fn tcp_fast_open_set_id_modes_and_xattr_writes_are_refused() {
+        let fastopen = 0x2000_0000u64;
+        assert_eq!(call(libc::SYS_sendto, [3, 0, 0, fastopen, 0, 0]), EPERM);
+        assert_eq!(
+            call(libc::SYS_sendto, [3, 0, 0, libc::MSG_NOSIGNAL as u64, 0, 0]),
+            RET_ALLOW
+        );
+        assert_eq!(
+            call(libc::SYS_sendmsg, [3, 0, fastopen | 0x4000, 0, 0, 0]),
+            EPERM
+        );
+        assert_eq!(call(libc::SYS_sendmmsg, [3, 0, 1, fastopen, 0, 0]), EPERM);
+        assert_eq!(call(libc::SYS_fchmodat, [0, 0, 0o4755, 0, 0, 0]), EPERM);
+        assert_eq!(call(libc::SYS_fchmodat, [0, 0, 0o755, 0, 0, 0]), RET_ALLOW);
+        assert_eq!(call(libc::SYS_fchmod, [3, 0o2755, 0, 0, 0, 0]), EPERM);
+        let enotsup = RET_ERRNO | libc::EOPNOTSUPP as u32;
+        for &(name, nr) in XATTR_WRITES {
+            assert_eq!(call(nr, [0; 6]), enotsup, "{name}");
+        }
+    }
+
+    #[test]
+    fn listen_is_refused_only_where_landlock_governs_tcp() {
+        assert_eq!(call(libc::SYS_listen, [3, 1, 0, 0, 0, 0]), EPERM);
+        let own_netns = build(FilterOptions { deny_listen: false });
+        assert_eq!(
+            run(
+                &own_netns,
+                NATIVE_ARCH,
+                libc::SYS_listen as u32,
+                [3, 1, 0, 0, 0, 0]
+            ),
+            RET_ALLOW
+        );
     }
 
     #[test]

@@ -42,7 +42,9 @@ impl Stage {
     fn from_u32(v: u32) -> Option<Stage> {
         use Stage::*;
         [
+            Netns,
             Hold,
+            PidNs,
             Signals,
             Setsid,
             Chdir,
@@ -379,19 +381,6 @@ impl PreparedStep {
         mut before_exec: Option<BeforeExec<'_>>,
     ) -> Result<RunningStep, CageError> {
         self.child.seal();
-        if self.child.pid_ns.is_some() {
-            match self.spawn_once(&mut before_exec) {
-                Err(Spawn::NoPidNs(why)) => {
-                    // The kernel (or an outer sandbox) refuses a PID namespace or a fresh /proc:
-                    // run without, and say so in the report.
-                    self.child.pid_ns = None;
-                    self.report.processes = format!(
-                        "shared PID namespace ({why}): the step can see other processes' command lines in /proc"
-                    );
-                }
-                other => return other.map_err(Spawn::into_error),
-            }
-        }
         self.spawn_once(&mut before_exec).map_err(Spawn::into_error)
     }
 
@@ -423,7 +412,9 @@ impl PreparedStep {
             // SAFETY: the launcher is single-threaded here; the child only makes raw system
             // calls on prepared data (init_main), then execs or exits.
             Some(ns) => unsafe {
-                crate::init::raw_clone(ns.clone_flags(self.child.netns.is_some())) as libc::pid_t
+                crate::init::raw_clone(
+                    ns.clone_flags(self.child.netns.is_some() || self.child.empty_netns),
+                ) as libc::pid_t
             },
             // SAFETY: as above, with step_main.
             None => unsafe { libc::fork() },
@@ -561,7 +552,9 @@ impl Spawn {
     fn into_error(self) -> CageError {
         match self {
             Spawn::Err(e) => e,
-            Spawn::NoPidNs(why) => CageError::Setup(format!("PID namespace: {why}")),
+            Spawn::NoPidNs(why) => CageError::NamespacesUnavailable(format!(
+                "the step's own PID, mount and network namespaces cannot be created here ({why})"
+            )),
         }
     }
 }

@@ -204,6 +204,10 @@ fn inherited(fd: RawFd, flag: &str) -> Result<OwnedFd, String> {
     if fd < 3 || unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
         return Err(format!("{flag} {fd}: not an open file descriptor above 2"));
     }
+    // Inherited without close-on-exec: set it, so the package tools preset discovery runs never
+    // hold the listener or the pidfds.
+    // SAFETY: F_SETFD on an fd we now own.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     // SAFETY: the fd is open and was handed to this process to own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

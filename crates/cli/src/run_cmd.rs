@@ -258,6 +258,7 @@ fn run_inner(args: &RunArgs) -> Result<i32, CageError> {
         user,
         network,
         extra_env,
+        shared_namespaces: false,
     };
     let prepared = PreparedStep::prepare(request)?;
     let timeout = prepared.timeout;

@@ -12,9 +12,8 @@
 //! ```
 //! (one line in the file; wrapped here).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -74,12 +73,11 @@ pub struct AuditLog {
 
 impl AuditLog {
     /// Opens (creating, mode 0600) `path` for appending.
+    ///
+    /// The path may lie in the step's repository, so a symlink planted there (to `~/.bashrc`,
+    /// say) or a FIFO is refused rather than followed.
     pub fn open(path: &Path) -> io::Result<AuditLog> {
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(path)?;
+        let file = nestbox_cage::outfile::open_output(path, nestbox_cage::outfile::Mode::Append)?;
         Ok(AuditLog { file })
     }
 

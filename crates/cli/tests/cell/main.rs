@@ -8,6 +8,7 @@ mod common;
 mod lifecycle;
 mod modes;
 mod registries;
+mod repository;
 mod upstream;
 
 use std::time::{Duration, Instant};

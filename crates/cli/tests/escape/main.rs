@@ -12,6 +12,7 @@ mod fail_closed;
 mod file_descriptors;
 mod filesystem;
 mod kernel_surface;
+mod metadata;
 mod namespaces;
 mod network;
 mod processes;

@@ -68,6 +68,27 @@ def main(kind, *a):
             s.bind(("127.0.0.1", 0))
             s.listen()
         return attempt(bind)
+    if kind == "tfo":  # TCP Fast Open: connect inside sendto, around a connect() check
+        def tfo():
+            s = socket.socket()
+            s.sendto(b"GET / HTTP/1.0\r\n\r\n", socket.MSG_FASTOPEN, (a[0], int(a[1])))
+            s.settimeout(5)
+            if not s.recv(1):
+                raise OSError(errno.ECONNRESET, "nothing came back")
+        return attempt(tfo)
+    if kind == "listen-unbound":  # listen() without bind() picks a port by itself
+        def listen():
+            s = socket.socket()
+            s.listen()
+            print("port", s.getsockname()[1], flush=True)
+            if len(a) > 0:  # keep it open for a while, for the test to knock
+                import time
+                time.sleep(float(a[0]))
+        return attempt(listen)
+    if kind == "chmod":
+        return attempt(lambda: os.chmod(a[0], int(a[1], 8)))
+    if kind == "setxattr":
+        return attempt(lambda: os.setxattr(a[0], a[1], b"x"))
     if kind == "udp":
         return attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", int(a[0]))))
     if kind == "socket":  # family type proto

@@ -50,13 +50,9 @@ pub(super) fn discover(d: &Discovery) -> Sources {
 }
 
 fn config_files(d: &Discovery) -> Vec<PathBuf> {
+    // CARGO_HOME's settings only; never a project's `.cargo/config.toml` (the repository the
+    // step runs would choose its own hosts).
     let mut files = Vec::new();
-    if let Some(cwd) = &d.cwd {
-        for dir in cwd.ancestors() {
-            files.push(dir.join(".cargo/config.toml"));
-            files.push(dir.join(".cargo/config"));
-        }
-    }
     let cargo_home = d
         .var("CARGO_HOME")
         .map(PathBuf::from)
@@ -78,22 +74,21 @@ mod tests {
 
     #[test]
     fn source_replacement_and_registries_are_found() {
-        let project = tempfile::tempdir().unwrap();
-        let sub = project.path().join("crates/x");
-        std::fs::create_dir_all(&sub).unwrap();
-        std::fs::create_dir_all(project.path().join(".cargo")).unwrap();
+        let cargo_home = tempfile::tempdir().unwrap();
         std::fs::write(
-            project.path().join(".cargo/config.toml"),
+            cargo_home.path().join("config.toml"),
             "[source.crates-io]\nreplace-with = \"corp\"\n\
              [source.corp]\nregistry = \"sparse+https://cargo.corp.example/index/\"\n\
              [source.vendored]\ndirectory = \"vendor\"\n\
              [registries.acme]\nindex = \"https://git.acme.example/index.git\"\n",
         )
         .unwrap();
-        let d = Discovery::offline().with_cwd(&sub).with_env(
-            "CARGO_REGISTRIES_OTHER_INDEX",
-            "sparse+https://other.example/",
-        );
+        let d = Discovery::offline()
+            .with_env("CARGO_HOME", cargo_home.path().to_str().unwrap())
+            .with_env(
+                "CARGO_REGISTRIES_OTHER_INDEX",
+                "sparse+https://other.example/",
+            );
         let s = discover(&d);
         let urls: Vec<&str> = s.urls.iter().map(|(u, _)| u.as_str()).collect();
         assert_eq!(

@@ -36,27 +36,30 @@ use std::time::{Duration, Instant};
 use nestbox_policy::host::{HostPattern, HostRule, PortSpec, parse_authority};
 use nestbox_policy::{Host, Preset, PresetKind};
 
-/// Where discovery looks: an environment, a home and working directory, a filesystem root for
-/// system files, and whether it may run the package tools.
+/// Where discovery looks: an environment, a home directory, a filesystem root for system
+/// files, and whether it may run the package tools.
+///
+/// Never the working directory: it holds the repository the step is about to run, and a
+/// project's `.npmrc` or `.cargo/config.toml` would let that repository add hosts to its own
+/// allowlist (or, through `python -m pip`, run code outside the cage). The tools run from the
+/// home directory (or `/`) for the same reason.
 #[derive(Clone, Debug)]
 pub struct Discovery {
     env: BTreeMap<String, String>,
     home: Option<PathBuf>,
-    cwd: Option<PathBuf>,
     root: PathBuf,
     run_tools: bool,
     tool_timeout: Duration,
 }
 
 impl Discovery {
-    /// This process's environment, home and working directory, the real `/`, tools allowed.
+    /// This process's environment and home, the real `/`, tools allowed.
     pub fn from_process() -> Discovery {
         let env: BTreeMap<String, String> = std::env::vars().collect();
         let home = env.get("HOME").map(PathBuf::from);
         Discovery {
             env,
             home,
-            cwd: std::env::current_dir().ok(),
             root: PathBuf::from("/"),
             run_tools: true,
             tool_timeout: Duration::from_secs(5),
@@ -69,7 +72,6 @@ impl Discovery {
         Discovery {
             env: BTreeMap::new(),
             home: None,
-            cwd: None,
             root: PathBuf::from("/nonexistent-nestbox-root"),
             run_tools: false,
             tool_timeout: Duration::from_secs(5),
@@ -85,12 +87,6 @@ impl Discovery {
     /// Sets the home directory (`~/.npmrc`, `~/.cargo`, `~/.config/pip`).
     pub fn with_home(mut self, home: impl Into<PathBuf>) -> Discovery {
         self.home = Some(home.into());
-        self
-    }
-
-    /// Sets the working directory (project `.npmrc`, `.cargo/config.toml` up the tree).
-    pub fn with_cwd(mut self, cwd: impl Into<PathBuf>) -> Discovery {
-        self.cwd = Some(cwd.into());
         self
     }
 
@@ -134,9 +130,13 @@ impl Discovery {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        if let Some(cwd) = &self.cwd {
-            cmd.current_dir(cwd);
-        }
+        // Never the working directory (see the type's doc).
+        cmd.current_dir(
+            self.home
+                .as_deref()
+                .filter(|h| h.is_dir())
+                .unwrap_or(Path::new("/")),
+        );
         let mut child = cmd.spawn().ok()?;
         let mut stdout = child.stdout.take()?;
         let reader = std::thread::spawn(move || {
@@ -318,7 +318,13 @@ pub fn rule_from_url(url: &str) -> Result<Option<HostRule>, String> {
     let port = port.unwrap_or(default_port);
     let pattern = match host {
         Host::Name(n) => HostPattern::Exact(n),
-        Host::Addr(a) => HostPattern::Addr(a),
+        // A preset's hosts come from configuration files; an address there would open exactly
+        // what the relay refuses by class (a local service, a metadata endpoint).
+        Host::Addr(a) => {
+            return Err(format!(
+                "presets take host names only, not addresses; allow {a} explicitly with --allow if you mean it"
+            ));
+        }
     };
     let port = match (scheme.as_str(), port) {
         ("https", 443) | ("http", 80) => PortSpec::Default,
@@ -360,7 +366,11 @@ mod tests {
         assert_eq!(rule("https://user:pw@npm.corp/"), "npm.corp");
         assert_eq!(rule("ssh://git@git.corp/r.git"), "git.corp:22");
         assert_eq!(rule("mirror+http://mirrors.corp/list"), "mirrors.corp");
-        assert_eq!(rule("https://[2001:db8::1]/x"), "[2001:db8::1]");
+        // Addresses are never taken from configuration (a repository could point a preset at
+        // the metadata service or a local port).
+        assert!(rule_from_url("https://[2001:db8::1]/x").is_err());
+        assert!(rule_from_url("http://127.0.0.1:18080/").is_err());
+        assert!(rule_from_url("http://169.254.169.254/latest/").is_err());
         assert_eq!(rule("pypi.corp:8443"), "pypi.corp:8443");
         assert_eq!(rule_from_url("/opt/wheels").unwrap(), None);
         assert_eq!(rule_from_url("file:///srv/debs").unwrap(), None);

@@ -25,10 +25,8 @@ pub(super) fn discover(d: &Discovery) -> Sources {
             break;
         }
     }
+    // The user's and the system's settings; never a project's (the repository the step runs).
     let mut files = Vec::new();
-    if let Some(cwd) = &d.cwd {
-        files.push(cwd.join(".npmrc"));
-    }
     files.extend(d.home_path(".npmrc"));
     files.push(d.system_path("/etc/npmrc"));
     files.push(d.system_path("/usr/etc/npmrc"));

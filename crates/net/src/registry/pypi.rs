@@ -29,7 +29,9 @@ pub(super) fn discover(d: &Discovery) -> Sources {
     let asked = [
         ("pip", &["config", "list"][..]),
         ("pip3", &["config", "list"][..]),
-        ("python3", &["-m", "pip", "config", "list"][..]),
+        // -I: isolated mode, so neither the directory it runs in nor PYTHON* variables can
+        // put other code on the import path.
+        ("python3", &["-I", "-m", "pip", "config", "list"][..]),
     ]
     .iter()
     .find_map(|(program, args)| d.run(program, args).map(|out| (*program, out)));

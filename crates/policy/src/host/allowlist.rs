@@ -181,8 +181,8 @@ impl Allowlist {
     }
 
     /// May the relay dial `addr` (a resolved or literal address) on `port`? Deny rules first;
-    /// then an address in a refused class needs an allow rule naming it or its range (for
-    /// metadata addresses: naming exactly it).
+    /// then an address in a refused class needs an allow entry the user wrote naming it or its
+    /// range (for metadata addresses: naming exactly it); preset hosts never open one.
     pub fn check_addr(&self, addr: IpAddr, port: u16, kind: RequestKind) -> AddrVerdict<'_> {
         let addr = canonical(addr);
         if let Some(rule) = self
@@ -195,8 +195,11 @@ impl Allowlist {
         let Some(class) = classify(addr) else {
             return AddrVerdict::Ordinary;
         };
+        // Only an entry the user wrote opens a refused class: a preset's hosts come from
+        // configuration the step's repository may have influenced, so they never do.
         let opener = self.allow.iter().find(|r| {
-            r.host.covers_addr(addr, port, kind, false)
+            matches!(r.source, RuleSource::Entry(_))
+                && r.host.covers_addr(addr, port, kind, false)
                 && (!class.needs_exact_entry() || r.host.pattern.is_single_addr())
         });
         match opener {
