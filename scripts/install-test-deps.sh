@@ -17,6 +17,8 @@ PACKAGES=(
   busybox-static   # the localhost/busybox image, built without a registry
   openssh-server   # the private sshd on 127.0.0.1
   openssh-client   # ssh with ControlMaster
+  slurm-wlm        # slurmctld, slurmd and the client tools: a real single-node cluster
+  munge            # Slurm's authentication daemon
   curl             # a real client through the relay; the service scripts talk to the engines' sockets
   iproute2         # ip: the relay tests find this machine's own address
   python3-pip      # pip download through the relay

@@ -5,10 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-test-deps.sh
 
-# The exec tests need a real dockerd, Podman's API service and a private sshd: started here
+# The exec tests need a real dockerd, Podman's API service, a private sshd and a single-node
+# Slurm cluster: started here
 # (each script is idempotent and tracks its own PID), stopped when this script exits. The
 # tests fail, never skip, when a service is missing.
 stop_services() {
+  scripts/services/slurm-down.sh
   scripts/services/sshd-down.sh
   scripts/services/podman-down.sh
   scripts/services/dockerd-down.sh
@@ -17,5 +19,6 @@ trap stop_services EXIT
 eval "$(scripts/services/dockerd-up.sh)"
 eval "$(scripts/services/podman-up.sh)"
 eval "$(scripts/services/sshd-up.sh)"
+eval "$(scripts/services/slurm-up.sh)"
 
 cargo test --workspace --locked "$@"

@@ -1,5 +1,6 @@
 //! `nestbox exec`: run a command on the backend the configuration names (local cage, Docker
-//! or Podman, SSH, Apptainer), in the foreground or as a background job, and manage jobs.
+//! or Podman, SSH, Apptainer, Slurm, Modal, Daytona), in the foreground or as a background
+//! job, and manage jobs.
 //! The work is `nestbox_exec`'s; this file turns flags into its configuration and prints.
 
 use std::ffi::OsString;
@@ -10,8 +11,9 @@ use std::time::Duration;
 use clap::Args;
 use nestbox_exec::{
     ApptainerConfig, BackendConfig, BackendKind, CallError, CapturedOutput, CommandSpec,
-    DockerConfig, ExecConfig, ExecError, HostKeyPolicy, JobId, JobState, JobStatus, LocalConfig,
-    ProcessOp, Session, SshConfig, Step, Stream,
+    DaytonaConfig, DaytonaOnClose, DockerConfig, ExecConfig, ExecError, HostKeyPolicy, JobId,
+    JobState, JobStatus, LocalConfig, ModalConfig, ModalCredentials, ModalManaged, ProcessOp,
+    Session, SlurmConfig, SshConfig, Step, Stream,
 };
 use nestbox_policy::units;
 
@@ -26,6 +28,9 @@ const STILL_RUNNING: i32 = 75;
   nestbox exec --backend docker --image localhost/busybox -- sh -c 'make test'
   nestbox exec --backend ssh --host build1 --ssh-user ci --known-hosts ./known_hosts -- make
   nestbox exec --backend local --timeout 10m --env CI -- pytest -q
+  nestbox exec --backend slurm --partition debug --cpus 2 --memory 4GiB -- make test
+  nestbox exec --backend modal --image python:3.12-slim -- python3 -c 'print(1)'
+  nestbox exec --backend daytona --daytona-name ci-box -- make test
   nestbox exec --config exec.toml --background -- ./long-job.sh     # prints a job id
   nestbox exec --config exec.toml --output JOB --offset 1024        # tail from an offset
   nestbox exec --config exec.toml --wait JOB --timeout 5m
@@ -53,7 +58,7 @@ pub(crate) struct ExecFlags {
     /// Exec configuration file (TOML, `[backend] kind = ...`); backend flags below are then not allowed.
     #[arg(long, value_name = "FILE", conflicts_with = "backend")]
     config: Option<PathBuf>,
-    /// The backend: local, docker, ssh or apptainer.
+    /// The backend: local, docker, ssh, apptainer, slurm, modal or daytona.
     #[arg(long, value_name = "NAME")]
     backend: Option<String>,
 
@@ -66,10 +71,10 @@ pub(crate) struct ExecFlags {
     /// User inside the container (docker; default: the image's, or 65534:65534 for root images).
     #[arg(long, value_name = "USER", help_heading = "Docker and Apptainer")]
     user: Option<String>,
-    /// Memory limit (docker), e.g. 512MiB.
+    /// Memory limit (docker, slurm, modal, daytona), e.g. 512MiB.
     #[arg(long, value_name = "SIZE", help_heading = "Docker and Apptainer")]
     memory: Option<String>,
-    /// CPU limit in CPUs (docker), e.g. 1.5.
+    /// CPUs (docker, modal: e.g. 1.5; slurm, daytona: whole CPUs).
     #[arg(long, value_name = "N", help_heading = "Docker and Apptainer")]
     cpus: Option<f64>,
     /// Most processes in the container (docker).
@@ -108,7 +113,7 @@ pub(crate) struct ExecFlags {
     #[arg(long, help_heading = "SSH")]
     accept_new_host_key: bool,
 
-    /// Policy file for the cage (local).
+    /// Policy file for the cage (local; slurm: a path on the compute nodes).
     #[arg(long, value_name = "FILE", help_heading = "Local")]
     policy: Option<PathBuf>,
     /// Allow reading PATH in the cage (local; repeatable).
@@ -120,6 +125,54 @@ pub(crate) struct ExecFlags {
     /// Allow executing beneath PATH in the cage (local; repeatable).
     #[arg(long = "exec", value_name = "PATH", help_heading = "Local")]
     exec_paths: Vec<String>,
+
+    /// Slurm partition (slurm).
+    #[arg(long, value_name = "NAME", help_heading = "Slurm")]
+    partition: Option<String>,
+    /// Slurm account to charge (slurm).
+    #[arg(long, value_name = "NAME", help_heading = "Slurm")]
+    account: Option<String>,
+    /// Slurm's own time limit for jobs without --timeout (slurm), e.g. 2h.
+    #[arg(long, value_name = "DURATION", help_heading = "Slurm")]
+    time_limit: Option<String>,
+    /// Shared directory for job files, seen by this machine and the compute nodes (slurm).
+    #[arg(long, value_name = "DIR", help_heading = "Slurm")]
+    jobs_dir: Option<PathBuf>,
+    /// Run uncaged on the compute node (slurm; default: under nestbox run, refused where it is missing).
+    #[arg(long, help_heading = "Slurm")]
+    no_cage: bool,
+    /// The nestbox executable on the compute nodes (slurm; default: nestbox on their PATH).
+    #[arg(long, value_name = "PATH", help_heading = "Slurm")]
+    launcher: Option<String>,
+    /// The cluster's slurm.conf (slurm; default: SLURM_CONF or the client tools' own lookup).
+    #[arg(long, value_name = "FILE", help_heading = "Slurm")]
+    slurm_conf: Option<PathBuf>,
+
+    /// Which Modal credentials: auto, direct (yours) or managed (a gateway holds them).
+    #[arg(long, value_name = "MODE", help_heading = "Modal")]
+    modal_credentials: Option<String>,
+    /// The credential gateway's endpoint for Modal's API (modal, managed credentials).
+    #[arg(long, value_name = "URL", help_heading = "Modal")]
+    modal_gateway: Option<String>,
+    /// The Modal profile in ~/.modal.toml (modal; default: MODAL_PROFILE, else the active one).
+    #[arg(long, value_name = "NAME", help_heading = "Modal")]
+    modal_profile: Option<String>,
+    /// Let the sandbox reach the network (modal, daytona; default: blocked).
+    #[arg(long, help_heading = "Modal")]
+    allow_network: bool,
+    /// Disk size (modal, daytona), e.g. 10GiB.
+    #[arg(long, value_name = "SIZE", help_heading = "Modal")]
+    disk: Option<String>,
+
+    /// Sandbox name: resumed when it exists, else created with it (daytona).
+    #[arg(long, value_name = "NAME", help_heading = "Daytona")]
+    daytona_name: Option<String>,
+    /// Snapshot to create the sandbox from (daytona).
+    #[arg(long, value_name = "NAME", help_heading = "Daytona")]
+    snapshot: Option<String>,
+    /// What to do with the sandbox afterwards: delete, stop or keep (daytona).
+    #[arg(long, value_name = "WHAT", help_heading = "Daytona")]
+    on_close: Option<String>,
 
     /// Forward NAME from this environment (or set NAME=VALUE, which puts the value on
     /// nestbox's own command line: prefer NAME); repeatable. Nothing else is forwarded.
@@ -196,7 +249,7 @@ pub(crate) fn config_from_flags(a: &ExecFlags) -> Result<ExecConfig, ExecError> 
     }
     let Some(name) = &a.backend else {
         return Err(usage(
-            "name a backend with --backend (local, docker, ssh, apptainer) or give --config FILE",
+            "name a backend with --backend (local, docker, ssh, apptainer, slurm, modal, daytona) or give --config FILE",
         ));
     };
     let kind: BackendKind = name.parse()?;
@@ -254,10 +307,106 @@ pub(crate) fn config_from_flags(a: &ExecFlags) -> Result<ExecConfig, ExecError> 
             binds: a.mounts.clone(),
             ..ApptainerConfig::default()
         }),
+        BackendKind::Slurm => BackendConfig::Slurm(slurm_config(a)?),
+        BackendKind::Modal => BackendConfig::Modal(modal_config(a)?),
+        BackendKind::Daytona => BackendConfig::Daytona(daytona_config(a)?),
     };
     let mut c = ExecConfig::new(backend);
     c.state_dir = a.state_dir.clone();
     Ok(c)
+}
+
+fn size_flag(name: &str, value: &Option<String>) -> Result<Option<u64>, ExecError> {
+    value
+        .as_deref()
+        .map(|v| units::parse_size(v).map_err(|e| usage(format!("--{name}: {e}"))))
+        .transpose()
+}
+
+fn whole_cpus(a: &ExecFlags, backend: &str) -> Result<Option<u32>, ExecError> {
+    match a.cpus {
+        None => Ok(None),
+        Some(c) if c >= 1.0 && c.fract() == 0.0 && c <= f64::from(u32::MAX) => Ok(Some(c as u32)),
+        Some(c) => Err(usage(format!(
+            "--cpus {c}: the {backend} backend takes a whole number of CPUs"
+        ))),
+    }
+}
+
+fn slurm_config(a: &ExecFlags) -> Result<SlurmConfig, ExecError> {
+    Ok(SlurmConfig {
+        partition: a.partition.clone(),
+        account: a.account.clone(),
+        cpus: whole_cpus(a, "slurm")?,
+        memory: size_flag("memory", &a.memory)?,
+        time_limit: a
+            .time_limit
+            .as_deref()
+            .map(|t| units::parse_duration(t).map_err(|e| usage(format!("--time-limit: {e}"))))
+            .transpose()?,
+        jobs_dir: a.jobs_dir.clone(),
+        cage: !a.no_cage,
+        launcher: a.launcher.clone(),
+        policy: a.policy.as_ref().map(|p| p.to_string_lossy().into_owned()),
+        slurm_conf: a.slurm_conf.clone(),
+        ..SlurmConfig::default()
+    })
+}
+
+fn modal_config(a: &ExecFlags) -> Result<ModalConfig, ExecError> {
+    let credentials = match a.modal_credentials.as_deref() {
+        None | Some("auto") => ModalCredentials::Auto,
+        Some("direct") => ModalCredentials::Direct,
+        Some("managed") => ModalCredentials::Managed,
+        Some(other) => {
+            return Err(usage(format!(
+                "--modal-credentials {other}: the modes are auto, direct and managed"
+            )));
+        }
+    };
+    Ok(ModalConfig {
+        credentials,
+        managed: a.modal_gateway.as_ref().map(|url| ModalManaged {
+            server_url: url.clone(),
+            token_id: "nestbox:resolve:env:MODAL_TOKEN_ID".into(),
+            token_secret: "nestbox:resolve:env:MODAL_TOKEN_SECRET".into(),
+            ca_file: None,
+        }),
+        profile: a.modal_profile.clone(),
+        image: a
+            .image
+            .clone()
+            .ok_or_else(|| usage("--backend modal needs --image"))?,
+        cpu: a.cpus,
+        memory: size_flag("memory", &a.memory)?,
+        disk: size_flag("disk", &a.disk)?,
+        block_network: !a.allow_network,
+        ..ModalConfig::default()
+    })
+}
+
+fn daytona_config(a: &ExecFlags) -> Result<DaytonaConfig, ExecError> {
+    let on_close = match a.on_close.as_deref() {
+        None => None,
+        Some("delete") => Some(DaytonaOnClose::Delete),
+        Some("stop") => Some(DaytonaOnClose::Stop),
+        Some("keep") => Some(DaytonaOnClose::Keep),
+        Some(other) => {
+            return Err(usage(format!(
+                "--on-close {other}: the choices are delete, stop and keep"
+            )));
+        }
+    };
+    Ok(DaytonaConfig {
+        name: a.daytona_name.clone(),
+        snapshot: a.snapshot.clone(),
+        cpu: whole_cpus(a, "daytona")?,
+        memory: size_flag("memory", &a.memory)?,
+        disk: size_flag("disk", &a.disk)?,
+        network_block_all: !a.allow_network,
+        on_close,
+        ..DaytonaConfig::default()
+    })
 }
 
 fn command_spec(a: &ExecFlags) -> Result<CommandSpec, ExecError> {

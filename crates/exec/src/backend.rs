@@ -30,15 +30,24 @@ pub enum BackendKind {
     Ssh,
     /// An Apptainer (or Singularity) container on this machine.
     Apptainer,
+    /// A job on a Slurm cluster, submitted with the cluster's own client tools.
+    Slurm,
+    /// A Modal sandbox, over Modal's gRPC API.
+    Modal,
+    /// A Daytona sandbox, over Daytona's REST API.
+    Daytona,
 }
 
 impl BackendKind {
     /// Every backend, in the order the documentation lists them.
-    pub const ALL: [BackendKind; 4] = [
+    pub const ALL: [BackendKind; 7] = [
         BackendKind::Local,
         BackendKind::Docker,
         BackendKind::Ssh,
         BackendKind::Apptainer,
+        BackendKind::Slurm,
+        BackendKind::Modal,
+        BackendKind::Daytona,
     ];
 
     /// The backend's name.
@@ -48,6 +57,9 @@ impl BackendKind {
             BackendKind::Docker => "docker",
             BackendKind::Ssh => "ssh",
             BackendKind::Apptainer => "apptainer",
+            BackendKind::Slurm => "slurm",
+            BackendKind::Modal => "modal",
+            BackendKind::Daytona => "daytona",
         }
     }
 }
@@ -85,6 +97,14 @@ pub enum Isolation {
     UnprivilegedContainer,
     /// No sandbox: a login on another machine. Whatever that account can do, the command can.
     RemoteAccount,
+    /// A batch job on a cluster's compute node, outside the cage (nestbox is not used there):
+    /// whatever the cluster account can do, the command can, within the resources the
+    /// scheduler granted.
+    SchedulerJob,
+    /// A sandbox on a provider's machines (Modal: a gVisor container; Daytona: a container),
+    /// with its own filesystem and no path of this machine. How strong it is is the
+    /// provider's claim, not something nestbox can check.
+    RemoteSandbox,
 }
 
 /// Where the command's files come from: which host paths it can see, computed from the
@@ -156,6 +176,10 @@ pub enum Cancellation {
     /// The container's PID namespace ends with its first process, taking every process in it
     /// (Apptainer `--containall` gives each run its own PID namespace).
     PidNamespace,
+    /// The scheduler ends the job: `scancel` makes Slurm signal every process it tracks for
+    /// the job (with proctrack/cgroup, its whole cgroup), and the job script, on that SIGTERM,
+    /// kills its own tree (process group and marked processes) before Slurm's SIGKILL.
+    Scheduler,
 }
 
 /// What a backend declares about itself. Computed once the backend is prepared, from its final

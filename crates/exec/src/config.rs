@@ -4,7 +4,7 @@
 //!
 //! ```toml
 //! [backend]
-//! kind = "docker"             # local | docker | ssh | apptainer
+//! kind = "docker"             # local | docker | ssh | apptainer | slurm | modal | daytona
 //! image = "localhost/busybox"
 //! memory = "512MiB"
 //!
@@ -59,7 +59,7 @@ impl ExecConfig {
             .and_then(|k| k.as_str())
             .ok_or_else(|| {
                 ExecError::InvalidRequest(
-                    "the exec configuration needs [backend] kind = \"local\" | \"docker\" | \"ssh\" | \"apptainer\"".into(),
+                    "the exec configuration needs [backend] kind = \"local\" | \"docker\" | \"ssh\" | \"apptainer\" | \"slurm\" | \"modal\" | \"daytona\"".into(),
                 )
             })?;
         let kind: BackendKind = kind.parse()?;
@@ -96,6 +96,12 @@ pub enum BackendConfig {
     Ssh(SshConfig),
     /// An Apptainer or Singularity container on this machine.
     Apptainer(ApptainerConfig),
+    /// A job on a Slurm cluster.
+    Slurm(SlurmConfig),
+    /// A Modal sandbox.
+    Modal(ModalConfig),
+    /// A Daytona sandbox.
+    Daytona(DaytonaConfig),
 }
 
 impl BackendConfig {
@@ -106,6 +112,9 @@ impl BackendConfig {
             BackendConfig::Docker(_) => BackendKind::Docker,
             BackendConfig::Ssh(_) => BackendKind::Ssh,
             BackendConfig::Apptainer(_) => BackendKind::Apptainer,
+            BackendConfig::Slurm(_) => BackendKind::Slurm,
+            BackendConfig::Modal(_) => BackendKind::Modal,
+            BackendConfig::Daytona(_) => BackendKind::Daytona,
         }
     }
 }
@@ -307,7 +316,284 @@ impl Default for ApptainerConfig {
     }
 }
 
-fn de_duration<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Duration, D::Error> {
+/// The Slurm backend: each command is a job on a Slurm cluster, submitted with the cluster's
+/// own client tools (`srun` for foreground runs, `sbatch` for background jobs), and run on the
+/// compute node under `nestbox run` (the cage) unless `cage = false`.
+///
+/// The job's files (output, status) live in `jobs_dir`, which must be one directory seen by
+/// both this machine and the compute nodes (a shared filesystem, as a cluster's home or
+/// scratch is): this side reads output from offsets there, the job writes it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SlurmConfig {
+    /// Partition (`--partition`). Default: the cluster's default partition.
+    pub partition: Option<String>,
+    /// Account to charge (`--account`).
+    pub account: Option<String>,
+    /// CPUs for the command (`--cpus-per-task`). Default: the cluster's default (one).
+    pub cpus: Option<u32>,
+    /// Memory for the job (`--mem`, rounded up to MiB), e.g. `2GiB`. Default: the cluster's.
+    #[serde(deserialize_with = "de_size_opt")]
+    pub memory: Option<u64>,
+    /// Slurm's own time limit for a job (`--time`, whole minutes, rounded up). A command with a
+    /// timeout gets that timeout plus a margin instead (the job script enforces the timeout to
+    /// the second; Slurm's limit is the backstop). Default: the partition's limit.
+    #[serde(deserialize_with = "de_duration_opt")]
+    pub time_limit: Option<Duration>,
+    /// Working directory on the compute node (`--chdir`). Default: this process's current
+    /// directory.
+    pub workdir: Option<String>,
+    /// The shared directory for job files. Default: `~/.cache/nestbox/slurm-jobs`.
+    pub jobs_dir: Option<PathBuf>,
+    /// Run the command in the cage (`nestbox run`) on the compute node. When true and nestbox
+    /// is not installed there, the job refuses to run (exit 125, with the node's name); it
+    /// never runs the command uncaged instead.
+    pub cage: bool,
+    /// The `nestbox` executable on the compute nodes. Default: `nestbox` on the node's `PATH`.
+    pub launcher: Option<String>,
+    /// A policy file on the compute nodes, passed to `nestbox run --policy`.
+    pub policy: Option<String>,
+    /// `--best-effort` for the cage on the compute node.
+    pub best_effort: bool,
+    /// The cluster's configuration file, exported as `SLURM_CONF` to the client tools.
+    /// Default: the tools' own lookup (`SLURM_CONF`, `/etc/slurm/slurm.conf`, DNS SRV).
+    pub slurm_conf: Option<PathBuf>,
+    /// Where the client tools (`sbatch`, `srun`, `squeue`, `scontrol`, `scancel`, `sacct`) are.
+    /// Default: `PATH`.
+    pub bin_dir: Option<PathBuf>,
+    /// How often a foreground run or `wait` looks at the job's files.
+    #[serde(deserialize_with = "de_duration")]
+    pub poll_interval: Duration,
+}
+
+impl Default for SlurmConfig {
+    fn default() -> Self {
+        SlurmConfig {
+            partition: None,
+            account: None,
+            cpus: None,
+            memory: None,
+            time_limit: None,
+            workdir: None,
+            jobs_dir: None,
+            cage: true,
+            launcher: None,
+            policy: None,
+            best_effort: false,
+            slurm_conf: None,
+            bin_dir: None,
+            poll_interval: Duration::from_millis(50),
+        }
+    }
+}
+
+/// Where the Modal backend's credentials come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModalCredentials {
+    /// Direct when the user's own credentials exist (`MODAL_TOKEN_ID` and
+    /// `MODAL_TOKEN_SECRET`, or the active profile of `~/.modal.toml`), else managed when
+    /// `[backend.managed]` is configured, else an error listing what was checked.
+    #[default]
+    Auto,
+    /// Only the user's own credentials: the environment's pair wins, else the active profile.
+    /// Never the gateway.
+    Direct,
+    /// Only the credential gateway: this process holds placeholders, the gateway swaps in the
+    /// secrets. Never the user's own credentials, even when they exist.
+    Managed,
+}
+
+/// Managed Modal credentials: a gateway in front of Modal's API holds the real token pair and
+/// swaps it in for the placeholders this process sends (nestbox's gateway does this with
+/// `nestbox:resolve:env:NAME` placeholders), so the agent never holds the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModalManaged {
+    /// The gateway's endpoint for Modal's API (`https://...`; `http://` only on loopback).
+    pub server_url: String,
+    /// What is sent as the token id. Default: `nestbox:resolve:env:MODAL_TOKEN_ID`.
+    #[serde(default = "default_modal_id_placeholder")]
+    pub token_id: String,
+    /// What is sent as the token secret. Default: `nestbox:resolve:env:MODAL_TOKEN_SECRET`.
+    #[serde(default = "default_modal_secret_placeholder")]
+    pub token_secret: String,
+    /// A PEM file with the gateway's CA certificate (when it intercepts TLS).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+}
+
+fn default_modal_id_placeholder() -> String {
+    "nestbox:resolve:env:MODAL_TOKEN_ID".into()
+}
+
+fn default_modal_secret_placeholder() -> String {
+    "nestbox:resolve:env:MODAL_TOKEN_SECRET".into()
+}
+
+/// The Modal backend: commands run in a Modal sandbox, over Modal's gRPC API (the control
+/// plane for the sandbox, the sandbox's command router for each command).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModalConfig {
+    /// Which credentials: auto, direct or managed (see [`ModalCredentials`]).
+    pub credentials: ModalCredentials,
+    /// The credential gateway, for managed credentials.
+    pub managed: Option<ModalManaged>,
+    /// The API server for direct credentials. Default: `MODAL_SERVER_URL`, else the profile's
+    /// `server_url`, else `https://api.modal.com`. `http://` is refused except on loopback.
+    pub server_url: Option<String>,
+    /// The profile in the config file. Default: `MODAL_PROFILE`, else the profile marked
+    /// `active = true`, else `default`.
+    pub profile: Option<String>,
+    /// The config file. Default: `MODAL_CONFIG_PATH`, else `~/.modal.toml`.
+    pub config_path: Option<PathBuf>,
+    /// The Modal environment. Default: `MODAL_ENVIRONMENT`, else the profile's, else the
+    /// server's default.
+    pub environment: Option<String>,
+    /// The app the sandboxes belong to (created when missing).
+    pub app_name: String,
+    /// The image: a registry reference (`python:3.12-slim`, built by Modal as `FROM <ref>`) or
+    /// the id of an image Modal already has (`im-...`). It needs `/bin/sh`.
+    pub image: String,
+    /// CPUs (`0.5`, `2`).
+    pub cpu: Option<f64>,
+    /// Memory, e.g. `2GiB`.
+    #[serde(deserialize_with = "de_size_opt")]
+    pub memory: Option<u64>,
+    /// Ephemeral disk, e.g. `10GiB`.
+    #[serde(deserialize_with = "de_size_opt")]
+    pub disk: Option<u64>,
+    /// Block all network access from the sandbox.
+    pub block_network: bool,
+    /// The sandbox's own lifetime limit: Modal terminates it after this long whatever runs.
+    #[serde(deserialize_with = "de_duration")]
+    pub sandbox_timeout: Duration,
+    /// Modal terminates the sandbox after this long without activity.
+    #[serde(deserialize_with = "de_duration_opt")]
+    pub idle_timeout: Option<Duration>,
+    /// Default working directory inside the sandbox.
+    pub workdir: Option<String>,
+    /// How long to wait for the API to answer a connection.
+    #[serde(deserialize_with = "de_duration")]
+    pub connect_timeout: Duration,
+    /// How long image builds and sandbox start-up may take.
+    #[serde(deserialize_with = "de_duration")]
+    pub start_timeout: Duration,
+}
+
+impl Default for ModalConfig {
+    fn default() -> Self {
+        ModalConfig {
+            credentials: ModalCredentials::Auto,
+            managed: None,
+            server_url: None,
+            profile: None,
+            config_path: None,
+            environment: None,
+            app_name: "nestbox".into(),
+            image: String::new(),
+            cpu: None,
+            memory: None,
+            disk: None,
+            block_network: true,
+            sandbox_timeout: Duration::from_secs(3600),
+            idle_timeout: None,
+            workdir: None,
+            connect_timeout: Duration::from_secs(10),
+            start_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// What the Daytona backend does with its sandbox on [`close`](crate::Backend::close).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DaytonaOnClose {
+    /// Delete it (the default for a sandbox without a name).
+    Delete,
+    /// Stop it, to be resumed by name later (the default for a named sandbox).
+    Stop,
+    /// Leave it running (background jobs keep running in it).
+    Keep,
+}
+
+/// The Daytona backend: commands run in a Daytona sandbox, over Daytona's REST API (the
+/// control plane for the sandbox, the sandbox's toolbox for commands).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaytonaConfig {
+    /// The API. Default: `DAYTONA_API_URL`, else `DAYTONA_SERVER_URL`, else
+    /// `https://app.daytona.io/api`. `http://` is refused except on loopback.
+    pub api_url: Option<String>,
+    /// A file holding the API key (mode 600). Default: the `DAYTONA_API_KEY` variable.
+    pub api_key_file: Option<PathBuf>,
+    /// The region (`target`). Default: `DAYTONA_TARGET`, else the organization's default.
+    pub target: Option<String>,
+    /// A sandbox name: an existing sandbox with this name is resumed (started when stopped),
+    /// else one is created with it. None: a new anonymous sandbox.
+    pub name: Option<String>,
+    /// The snapshot to create the sandbox from. Default: Daytona's default snapshot.
+    pub snapshot: Option<String>,
+    /// CPUs.
+    pub cpu: Option<u32>,
+    /// Memory, rounded up to whole GiB (Daytona's unit), e.g. `4GiB`.
+    #[serde(deserialize_with = "de_size_opt")]
+    pub memory: Option<u64>,
+    /// Disk, rounded up to whole GiB, e.g. `10GiB`.
+    #[serde(deserialize_with = "de_size_opt")]
+    pub disk: Option<u64>,
+    /// Block all network access from the sandbox.
+    pub network_block_all: bool,
+    /// Daytona stops the sandbox after this many idle minutes (0: never).
+    pub auto_stop_minutes: Option<u32>,
+    /// What `close` does with the sandbox. Default: delete an anonymous sandbox, stop a named one.
+    pub on_close: Option<DaytonaOnClose>,
+    /// Default working directory inside the sandbox.
+    pub workdir: Option<String>,
+    /// Where job files live inside the sandbox. Default: `/tmp/nestbox-jobs`.
+    pub jobs_dir: Option<String>,
+    /// How long creating or starting the sandbox may take.
+    #[serde(deserialize_with = "de_duration")]
+    pub start_timeout: Duration,
+    /// How long one API request may take.
+    #[serde(deserialize_with = "de_duration")]
+    pub request_timeout: Duration,
+}
+
+impl Default for DaytonaConfig {
+    fn default() -> Self {
+        DaytonaConfig {
+            api_url: None,
+            api_key_file: None,
+            target: None,
+            name: None,
+            snapshot: None,
+            cpu: None,
+            memory: None,
+            disk: None,
+            network_block_all: true,
+            auto_stop_minutes: None,
+            on_close: None,
+            workdir: None,
+            jobs_dir: None,
+            start_timeout: Duration::from_secs(120),
+            request_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+pub(crate) fn de_duration_opt<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Duration>, D::Error> {
+    Option::<String>::deserialize(d)?
+        .map(|t| nestbox_policy::units::parse_duration(&t).map_err(serde::de::Error::custom))
+        .transpose()
+}
+
+pub(crate) fn de_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Duration, D::Error> {
     let text = String::deserialize(d)?;
     nestbox_policy::units::parse_duration(&text).map_err(serde::de::Error::custom)
 }
@@ -327,11 +613,13 @@ fn size_of<E: serde::de::Error>(s: SizeText) -> std::result::Result<u64, E> {
     }
 }
 
-fn de_size<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
+pub(crate) fn de_size<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<u64, D::Error> {
     size_of(SizeText::deserialize(d)?)
 }
 
-fn de_size_opt<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {
+pub(crate) fn de_size_opt<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<u64>, D::Error> {
     Option::<SizeText>::deserialize(d)?.map(size_of).transpose()
 }
 
@@ -348,6 +636,9 @@ pub async fn open(config: &ExecConfig) -> Result<Box<dyn Backend>> {
         BackendConfig::Docker(c) => Box::new(crate::docker::DockerBackend::connect(c, ctx).await?),
         BackendConfig::Ssh(c) => Box::new(crate::ssh::SshBackend::new(c, ctx)?),
         BackendConfig::Apptainer(c) => Box::new(crate::apptainer::ApptainerBackend::new(c, ctx)?),
+        BackendConfig::Slurm(c) => Box::new(crate::slurm::SlurmBackend::new(c, ctx)?),
+        BackendConfig::Modal(c) => Box::new(crate::modal::ModalBackend::new(c, ctx)?),
+        BackendConfig::Daytona(c) => Box::new(crate::daytona::DaytonaBackend::new(c, ctx)?),
     };
     backend.prepare().await?;
     Ok(backend)

@@ -13,7 +13,9 @@ use crate::backend::BackendKind;
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
     /// The configuration names a backend that does not exist.
-    #[error("unknown backend `{name}`: the backends are local, docker, ssh and apptainer")]
+    #[error(
+        "unknown backend `{name}`: the backends are local, docker, ssh, apptainer, slurm, modal and daytona"
+    )]
     UnknownBackend {
         /// The name as given.
         name: String,
@@ -101,10 +103,11 @@ pub enum ExecError {
         what: String,
     },
 
-    /// The container engine answered with an error.
+    /// The engine behind the backend answered with an error: the container engine, the Slurm
+    /// controller (through its client tools), the Modal or Daytona API.
     #[error("{backend} backend: the engine failed to {action}: {message}")]
     Engine {
-        /// The backend (docker).
+        /// The backend (docker, slurm, modal, daytona).
         backend: BackendKind,
         /// What nestbox was doing.
         action: String,

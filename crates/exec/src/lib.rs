@@ -16,6 +16,9 @@
 //! | [`docker`] | a hardened container (dockerd or Podman) | a supervisor inside the container |
 //! | [`ssh`] | another machine, one multiplexed connection | a supervisor on that machine |
 //! | [`apptainer`] | an Apptainer container on this machine | the container's PID namespace |
+//! | [`slurm`] | a job on a Slurm cluster, caged on the compute node | `scancel` and the job script |
+//! | [`modal`] | a Modal sandbox (gRPC) | a supervisor in the sandbox; terminate as backstop |
+//! | [`daytona`] | a Daytona sandbox (REST) | a supervisor in the sandbox; stop as backstop |
 //!
 //! ## The trait
 //!
@@ -70,6 +73,7 @@ pub mod approval;
 pub mod apptainer;
 pub mod backend;
 pub mod config;
+pub mod daytona;
 pub mod docker;
 mod error;
 pub mod gate;
@@ -78,8 +82,10 @@ pub mod hook;
 mod host;
 pub mod job;
 pub mod local;
+pub mod modal;
 pub mod output;
 pub mod session;
+pub mod slurm;
 pub mod ssh;
 pub mod supervisor;
 
@@ -92,7 +98,8 @@ pub use backend::{
     Stream,
 };
 pub use config::{
-    ApptainerConfig, BackendConfig, DockerConfig, ExecConfig, HostKeyPolicy, LocalConfig,
+    ApptainerConfig, BackendConfig, DaytonaConfig, DaytonaOnClose, DockerConfig, ExecConfig,
+    HostKeyPolicy, LocalConfig, ModalConfig, ModalCredentials, ModalManaged, SlurmConfig,
     SshConfig, open,
 };
 pub use error::{ExecError, Result};

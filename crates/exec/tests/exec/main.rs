@@ -6,9 +6,13 @@
 //! that needs one and does not find it FAILS and says how to start it. Nothing is skipped.
 
 mod common;
+mod fakes;
 
 mod apptainer;
+mod daytona;
 mod docker;
 mod local;
+mod modal;
 mod never_fall_back;
+mod slurm;
 mod ssh;

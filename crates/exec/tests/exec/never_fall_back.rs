@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use nestbox_exec::{
     ApptainerConfig, BackendConfig, BackendKind, CommandSpec, DockerConfig, ExecConfig, ExecError,
-    LocalConfig, SshConfig, open,
+    LocalConfig, SlurmConfig, SshConfig, open,
 };
 
 use crate::common::*;
@@ -118,9 +118,9 @@ async fn a_missing_launcher_refuses_instead_of_running_uncaged() {
 
 #[tokio::test]
 async fn an_unknown_backend_name_is_an_error_not_a_default() {
-    let e = ExecConfig::from_toml("[backend]\nkind = \"modal\"\n").unwrap_err();
+    let e = ExecConfig::from_toml("[backend]\nkind = \"nomad\"\n").unwrap_err();
     assert!(
-        matches!(e, ExecError::UnknownBackend { ref name } if name == "modal"),
+        matches!(e, ExecError::UnknownBackend { ref name } if name == "nomad"),
         "{e}"
     );
     let e = "kubernetes".parse::<BackendKind>().unwrap_err();
@@ -160,4 +160,46 @@ async fn a_backend_that_opens_is_always_the_one_configured() {
     assert_eq!(b.descriptor().kind, BackendKind::Local);
     let r = b.run(&CommandSpec::new(["true"])).await.unwrap();
     assert_eq!(r.backend, BackendKind::Local);
+}
+
+#[tokio::test]
+async fn missing_slurm_client_tools_refuse_instead_of_running_on_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, _s) = config_with_state(BackendConfig::Slurm(SlurmConfig {
+        bin_dir: Some(dir.path().to_path_buf()),
+        jobs_dir: Some(dir.path().join("jobs")),
+        ..SlurmConfig::default()
+    }));
+    let e = refuses(&config, &dir.path().join("ran")).await;
+    assert!(
+        matches!(&e, ExecError::Unavailable { backend: BackendKind::Slurm, reason, .. } if reason.contains("scontrol")),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_slurm_controller_refuses_instead_of_running_on_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("slurm.conf");
+    std::fs::write(
+        &conf,
+        "ClusterName=none\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=1\nNodeName=x CPUs=1\nPartitionName=p Nodes=ALL\n",
+    )
+    .unwrap();
+    let (config, _s) = config_with_state(BackendConfig::Slurm(SlurmConfig {
+        slurm_conf: Some(conf),
+        jobs_dir: Some(dir.path().join("jobs")),
+        ..SlurmConfig::default()
+    }));
+    let e = refuses(&config, &dir.path().join("ran")).await;
+    assert!(
+        matches!(
+            e,
+            ExecError::Unavailable {
+                backend: BackendKind::Slurm,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
