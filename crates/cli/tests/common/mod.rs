@@ -168,13 +168,10 @@ pub fn processes_with(marker: &str) -> Vec<i32> {
         .collect()
 }
 
-/// A `sleep` duration unique to this test run, to find its processes from outside.
+/// A `sleep` duration unique to this test run (about 900 s), to find its processes from
+/// outside by their exact command line.
 pub fn unique_sleep() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{}{:03}",
-        7000 + std::process::id() % 1000,
-        N.fetch_add(1, Ordering::SeqCst)
-    )
+    format!("900.{}{:03}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
 }
