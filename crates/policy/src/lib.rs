@@ -18,6 +18,7 @@
 //! refusal later can say exactly which line to change.
 
 mod defaults;
+pub mod gateway;
 pub mod host;
 mod load;
 mod model;
