@@ -1,6 +1,7 @@
 //! `nestbox`: the command line. Thin by design: parsing, wiring and printing; the decisions
 //! live in the library crates (policy, cage, net, exec).
 
+mod gateway_cmd;
 mod policy_cmd;
 mod probe_cmd;
 mod relay_cmd;
@@ -38,6 +39,10 @@ enum Command {
     ///
     /// Example: nestbox presets pypi npm
     Presets(relay_cmd::PresetsArgs),
+    /// Run the gateway (the egress proxy that holds credentials), or ask a running one.
+    ///
+    /// Example: nestbox gateway --policy gateway.toml
+    Gateway(Box<gateway_cmd::GatewayArgs>),
 }
 
 fn main() {
@@ -48,6 +53,7 @@ fn main() {
         Command::Policy(cmd) => policy_cmd::run(cmd),
         Command::Relay(args) => relay_cmd::run(*args),
         Command::Presets(args) => relay_cmd::presets(args),
+        Command::Gateway(args) => gateway_cmd::run(*args),
     };
     std::process::exit(code);
 }

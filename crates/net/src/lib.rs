@@ -58,6 +58,7 @@
 pub mod audit;
 pub mod cell;
 mod config;
+pub mod gateway;
 
 pub mod registry;
 mod relay;

@@ -2,13 +2,13 @@
 //! thread, one task per connection; see the crate documentation for the checks in order.
 
 mod dial;
-mod head;
-mod lifecycle;
-mod refusal;
-mod request;
+pub(crate) mod head;
+pub(crate) mod lifecycle;
+pub(crate) mod refusal;
+pub(crate) mod request;
 pub mod sni;
-mod splice;
-mod tunnel;
+pub(crate) mod splice;
+pub(crate) mod tunnel;
 
 use std::cell::Cell;
 use std::io::{self, Write};

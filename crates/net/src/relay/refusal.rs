@@ -43,7 +43,7 @@ fn target(host: &Host, port: u16) -> String {
 }
 
 impl Refusal {
-    fn new(status: u16, reason: &'static str, detail: String, allow: String) -> Refusal {
+    pub(crate) fn new(status: u16, reason: &'static str, detail: String, allow: String) -> Refusal {
         Refusal {
             status,
             reason,
@@ -54,7 +54,7 @@ impl Refusal {
         }
     }
 
-    fn failed(mut self) -> Refusal {
+    pub(crate) fn failed(mut self) -> Refusal {
         self.decision = Decision::Error;
         self
     }
@@ -325,14 +325,18 @@ impl Refusal {
     }
 }
 
-fn status_text(status: u16) -> &'static str {
+pub(crate) fn status_text(status: u16) -> &'static str {
     match status {
         400 => "Bad Request",
         403 => "Forbidden",
         405 => "Method Not Allowed",
+        407 => "Proxy Authentication Required",
         408 => "Request Timeout",
+        413 => "Content Too Large",
         414 => "URI Too Long",
+        421 => "Misdirected Request",
         431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
