@@ -136,14 +136,12 @@ fn serve_cmd(args: ServeArgs) -> i32 {
             .unwrap_or(2)
             .min(4)
     });
-    let mut limits = Limits::default();
-    limits.max_tunnels = 16 * 1024;
     let config = GatewayConfig {
         policy,
         state_dir: args.dir.unwrap_or_else(default_state_dir),
         hosts,
         audit,
-        limits,
+        limits: Limits::default(),
         workers,
         poll: args.poll,
         ready: None,

@@ -37,13 +37,16 @@ pub struct CaError {
     pub reason: String,
 }
 
+/// Server configurations by (host, HTTP/2 offered), with when they were made.
+type LeafCache = HashMap<(String, bool), (Instant, Arc<ServerConfig>)>;
+
 /// The CA, able to issue leaf certificates.
 pub struct CertAuthority {
     issuer: Issuer<'static, KeyPair>,
     cert_pem: String,
     cert_der: CertificateDer<'static>,
     leaf_key: KeyPair,
-    leaves: Mutex<HashMap<(String, bool), (Instant, Arc<ServerConfig>)>>,
+    leaves: Mutex<LeafCache>,
 }
 
 impl std::fmt::Debug for CertAuthority {

@@ -44,6 +44,15 @@ impl Cells {
         token
     }
 
+    /// Sets the step id of the cell holding `token`.
+    pub fn set_step(&self, token: &str, step: &str) {
+        if let Ok(mut m) = self.by_token.lock()
+            && let Some(c) = m.get_mut(token)
+        {
+            c.id = step.to_string();
+        }
+    }
+
     /// Forgets the cell holding `token`.
     pub fn unregister(&self, token: &str) {
         if let Ok(mut m) = self.by_token.lock() {

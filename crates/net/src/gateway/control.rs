@@ -4,6 +4,7 @@
 //! | request | answer |
 //! |---|---|
 //! | `{"op":"register","cell":"worker","step":"<id>","credentials":["K"]}` | `{"ok":true,"token":...,"listen":...,"ca_pem":...,"extra_roots_pem":...,"allow":[...]}` |
+//! | `{"op":"step","step":"<id>"}` | `{"ok":true}`: names the step of this connection's cell |
 //! | `{"op":"status"}` | `{"ok":true,...}` (see [`super::Shared::status_json`]) |
 //! | `{"op":"reload"}` | the status after reloading |
 //!
@@ -104,6 +105,19 @@ async fn answer(req: &Value, shared: &Arc<Shared>, tokens: &mut Vec<String>) -> 
     match req.get("op").and_then(Value::as_str) {
         Some("register") => register(req, shared, tokens),
         Some("status") => shared.status_json(),
+        Some("step") => {
+            let step: String = req
+                .get("step")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .chars()
+                .take(64)
+                .collect();
+            for t in tokens.iter() {
+                shared.cells.set_step(t, &step);
+            }
+            json!({"ok": true})
+        }
         Some("reload") => {
             super::reload(shared.clone(), "requested on the control socket").await;
             shared.status_json()
@@ -172,7 +186,15 @@ pub struct Registration {
     pub extra_roots_pem: String,
     /// Relay allow entries for what the policy lets this cell reach.
     pub allow: Vec<String>,
-    _conn: UnixStream,
+    conn: UnixStream,
+}
+
+impl Registration {
+    /// Tells the gateway the step id of the registered cell (known only once the step is
+    /// prepared), for its audit lines and status.
+    pub fn set_step(&mut self, step: &str) -> Result<(), String> {
+        exchange(&mut self.conn, &json!({"op": "step", "step": step})).map(|_| ())
+    }
 }
 
 impl std::fmt::Debug for Registration {
@@ -250,6 +272,6 @@ pub fn register_cell(
                     .collect()
             })
             .unwrap_or_default(),
-        _conn: s,
+        conn: s,
     })
 }

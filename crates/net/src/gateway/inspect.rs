@@ -531,7 +531,6 @@ async fn handle(req: Request<Incoming>, conn: Rc<Conn>, h2: bool) -> Response<Ou
             Err(()) => failed = true,
         }
     }
-    drop(resolve);
     if failed {
         let r = refusal.unwrap_or_else(|| Refusal::credential_unknown("?"));
         return refused(rec, &r);

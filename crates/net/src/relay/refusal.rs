@@ -27,6 +27,9 @@ pub(crate) struct Refusal {
     pub decision: Decision,
     /// The rule that decided, when one did (a deny rule).
     pub rule: Option<String>,
+    /// A complete response to send instead of the rendered one: a gateway's own refusal,
+    /// passed through so the client sees the gateway's reason.
+    pub raw: Option<Vec<u8>>,
 }
 
 /// The allow entry that would let `host:port` through for `kind`.
@@ -51,6 +54,7 @@ impl Refusal {
             allow,
             decision: Decision::Deny,
             rule: None,
+            raw: None,
         }
     }
 
@@ -298,8 +302,24 @@ impl Refusal {
         if code == 403 { r } else { r.failed() }
     }
 
+    /// A refusal by an upstream nestbox gateway (its answer carried `X-Nestbox-Denied`): the
+    /// client gets the gateway's response as it was, so it sees the gateway's reason.
+    pub fn from_gateway(up: &Upstream, status: u16, reason: &str, response: Vec<u8>) -> Refusal {
+        let mut r = Refusal::new(
+            status,
+            "upstream_denied",
+            format!("the gateway {up} refused: {reason}"),
+            "see the gateway's answer".into(),
+        );
+        r.raw = Some(response);
+        r
+    }
+
     /// The HTTP response: status line, `X-Nestbox-Denied`, JSON body, `Connection: close`.
     pub fn response(&self) -> Vec<u8> {
+        if let Some(raw) = &self.raw {
+            return raw.clone();
+        }
         let body = serde_json::json!({
             "error": self.reason,
             "detail": self.detail,
