@@ -8,6 +8,7 @@ mod common;
 mod support;
 
 mod credentials;
+mod demo;
 mod identity;
 mod lifecycle;
 mod policy;

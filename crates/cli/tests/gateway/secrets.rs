@@ -89,3 +89,56 @@ fn shell(args: &[String]) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Every `/proc/*/environ` and `/proc/*/cmdline` readable here that holds a cell token.
+/// (The needle is built from two parts so that the scanner's own command line does not hold it.)
+const FIND_TOKENS: &str = r#"import glob
+needle = b'http:/' + b'/cell:'
+hits = []
+for p in glob.glob('/proc/[0-9]*/environ') + glob.glob('/proc/[0-9]*/cmdline'):
+    try:
+        if needle in open(p, 'rb').read():
+            hits.append(p)
+    except OSError:
+        pass
+print('hits', len(hits))
+"#;
+
+#[test]
+fn the_step_cannot_find_its_cell_token_in_any_process_while_its_relay_holds_it() {
+    let api = ApiServer::start(&[API]);
+    let gw = Gateway::start(&worker_policy(&api, ""));
+    let flag = gw.work.path().join("scan-now");
+    let done = gw.work.path().join("scanned");
+    let script = format!(
+        "import os, time, subprocess\n\
+         open('{flag}', 'w').close()\n\
+         exec(compile({FIND_TOKENS:?}, 'scan', 'exec'))\n\
+         while not os.path.exists('{done}'):\n    time.sleep(0.05)\n",
+        flag = flag.display(),
+        done = done.display(),
+    );
+    let child = gw
+        .run_cmd(
+            &["--credential", "ANTHROPIC_API_KEY"],
+            &["/usr/bin/python3", "-c", &script],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(20), "the step", || flag.exists());
+    // control: from outside the cage, the relay's environment holds the token
+    let outside = crate::common::output_within(
+        std::process::Command::new("/usr/bin/python3").args(["-c", FIND_TOKENS]),
+        Duration::from_secs(20),
+    );
+    std::fs::write(&done, "").unwrap();
+    let inside = child.wait_with_output().unwrap();
+    assert_ne!(
+        stdout(&outside).trim(),
+        "hits 0",
+        "the control must see the relay's token"
+    );
+    assert_eq!(stdout(&inside).trim(), "hits 0", "{}", stderr(&inside));
+}

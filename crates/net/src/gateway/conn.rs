@@ -239,11 +239,12 @@ pub(crate) async fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shar
                 admission,
                 peer,
             };
-            let upstream = match inspect::connect_upstream(&ctx, server).await {
+            // Boxed: an inspected connection's state is large, and a tunnel should not carry it.
+            let upstream = match Box::pin(inspect::connect_upstream(&ctx, server)).await {
                 Ok(u) => u,
                 Err(r) => return refuse(&client, rec, r).await,
             };
-            inspect::run(client, early, upstream, ctx, &mut rec).await;
+            Box::pin(inspect::run(client, early, upstream, ctx, &mut rec)).await;
         }
     }
 }

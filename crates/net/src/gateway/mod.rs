@@ -201,6 +201,8 @@ pub fn serve(listener: std::net::TcpListener, config: GatewayConfig) -> Result<(
     }
     lifecycle::ignore_sigpipe();
     let ca = CertAuthority::load_or_create(&config.state_dir)?;
+    // Stamped before reading: a change made while the gateway starts is seen as a change.
+    let policy_stamp = stamp(std::slice::from_ref(&config.policy));
     let generation =
         Generation::load(&config.policy, 1, &process_env).map_err(GatewayError::Policy)?;
     for w in &generation.policy.warnings {
@@ -286,7 +288,7 @@ pub fn serve(listener: std::net::TcpListener, config: GatewayConfig) -> Result<(
         if let Some(fd) = config.ready {
             lifecycle::signal_ready(fd);
         }
-        watch(shared, config.poll).await
+        watch(shared, config.poll, policy_stamp).await
     })
 }
 
@@ -352,10 +354,13 @@ fn watched(policy: &Path, g: &Generation) -> Vec<PathBuf> {
 }
 
 /// Reloads on `SIGHUP` and whenever a watched file changes.
-async fn watch(shared: Arc<Shared>, poll: Duration) -> Result<(), GatewayError> {
+async fn watch(shared: Arc<Shared>, poll: Duration, policy: Stamp) -> Result<(), GatewayError> {
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .map_err(|e| GatewayError::Setup(format!("SIGHUP handler: {e}")))?;
     let mut seen = stamp(&watched(&shared.policy_path, &shared.current()));
+    if let (Some(first), Some(before)) = (seen.first_mut(), policy.into_iter().next()) {
+        *first = before;
+    }
     let mut tick = tokio::time::interval(poll);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
