@@ -305,6 +305,16 @@ impl CellNetwork {
         }
 
         let mut notes = Vec::new();
+        if let Some(reg) = &registration
+            && reg.allow.is_empty()
+            && net.allow.is_empty()
+            && net.presets.is_empty()
+        {
+            notes.push(format!(
+                "gateway: its policy grants cell `{}` no destination; every request will be refused",
+                opts.gateway.as_ref().map_or("", |g| g.cell_name.as_str())
+            ));
+        }
         let (network_port, port_listener) = match mode {
             NetMode::Netns => {
                 notes.push("netns: the step has its own network namespace holding only lo; its one way out is the relay, which accepts inside it and dials outside. A program that ignores the proxy variables has no network at all".to_string());

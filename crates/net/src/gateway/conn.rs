@@ -194,14 +194,13 @@ pub(crate) async fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shar
         .collect();
     rec.tls = Some(admission.tls.as_str());
 
-    let (server, _) = match dial(&shared, &generation, &admission, &host, port).await {
-        Ok(found) => found,
-        Err(r) => return refuse(&client, rec, r).await,
-    };
-    rec.ip = server.peer_addr().ok().map(|a| a.to_string());
-
     match admission.tls {
         TlsMode::Passthrough => {
+            let (server, _) = match dial(&shared, &generation, &admission, &host, port).await {
+                Ok(found) => found,
+                Err(r) => return refuse(&client, rec, r).await,
+            };
+            rec.ip = server.peer_addr().ok().map(|a| a.to_string());
             let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
             if let Err(e) = splice::send_all(&client, established).await {
                 rec.reason = Some("client_error");
@@ -240,10 +239,11 @@ pub(crate) async fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shar
                 peer,
             };
             // Boxed: an inspected connection's state is large, and a tunnel should not carry it.
-            let upstream = match Box::pin(inspect::connect_upstream(&ctx, server)).await {
+            let upstream = match Box::pin(ctx.open()).await {
                 Ok(u) => u,
                 Err(r) => return refuse(&client, rec, r).await,
             };
+            rec.ip = Some(upstream.addr().to_string());
             Box::pin(inspect::run(client, early, upstream, ctx, &mut rec)).await;
         }
     }

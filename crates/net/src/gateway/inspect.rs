@@ -23,7 +23,6 @@ use std::time::SystemTime;
 use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper::client::conn::{http1 as client1, http2 as client2};
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, Response, Uri};
 use nestbox_policy::{Host, parse_authority};
@@ -38,6 +37,7 @@ use super::conn::ConnRecord;
 use super::generation::{Admission, Generation};
 use super::identity::CallerId;
 use super::io::{HyperIo, LocalExec, Prefixed, TokioTimer};
+use super::pool::{self, Key, Sender};
 use super::placeholder::{self, BodyScanner, Place};
 use crate::audit::{Decision, rfc3339};
 use crate::relay::refusal::Refusal;
@@ -55,10 +55,9 @@ const HOP_BY_HOP: &[&str] = &[
     "transfer-encoding",
     "upgrade",
     "host",
+    // the whole body is in hand before the request goes on: nothing to wait for
+    "expect",
 ];
-
-/// Idle upstream HTTP/1.1 connections kept per client connection.
-const MAX_IDLE: usize = 8;
 
 /// Everything a request handler needs about its connection.
 pub(crate) struct Context {
@@ -71,26 +70,17 @@ pub(crate) struct Context {
     pub peer: SocketAddr,
 }
 
-enum Sender {
-    H1(client1::SendRequest<Full<Bytes>>),
-    H2(client2::SendRequest<Full<Bytes>>),
-}
-
 /// One client connection's state while it is served.
 struct Conn {
     ctx: Context,
-    h2: RefCell<Option<client2::SendRequest<Full<Bytes>>>>,
-    idle: RefCell<Vec<client1::SendRequest<Full<Bytes>>>>,
+    /// The upstream connection opened (or taken from the pool) when the `CONNECT` came.
+    first: RefCell<Option<Sender>>,
     up: Cell<u64>,
     down: Cell<u64>,
 }
 
-/// An upstream TLS connection, verified, ready for HTTP.
-pub(crate) struct Upstream(TlsStream<TcpStream>);
-
-/// Opens TLS to the server over `tcp` and verifies it; called before the `CONNECT` is answered,
-/// so a server that cannot be trusted is a clear 502 rather than a broken tunnel.
-pub(crate) async fn connect_upstream(ctx: &Context, tcp: TcpStream) -> Result<Upstream, Refusal> {
+/// Opens TLS to the server over `tcp` and verifies it.
+async fn connect_upstream(ctx: &Context, tcp: TcpStream) -> Result<TlsStream<TcpStream>, Refusal> {
     let config = if ctx.admission.http2 {
         ctx.generation.client_h2.clone()
     } else {
@@ -106,7 +96,48 @@ pub(crate) async fn connect_upstream(ctx: &Context, tcp: TcpStream) -> Result<Up
             ctx.port,
             &e.to_string(),
         )),
-        Ok(Ok(tls)) => Ok(Upstream(tls)),
+        Ok(Ok(tls)) => Ok(tls),
+    }
+}
+
+impl Context {
+    fn pool_key(&self) -> Key {
+        Key {
+            host: self.host.to_string(),
+            port: self.port,
+            http2: self.admission.http2,
+            generation: self.generation.number,
+        }
+    }
+
+    /// A verified connection to the server: a pooled one whose address this caller's rules
+    /// allow, or a new one (resolved, checked, dialed, TLS verified). Called before the
+    /// `CONNECT` is answered, so a server that cannot be trusted is a clear 502 rather than a
+    /// broken tunnel.
+    pub(crate) async fn open(&self) -> Result<Sender, Refusal> {
+        let may_use = |addr: SocketAddr| {
+            self.generation
+                .check_addr(&self.admission, &self.host, self.port, addr.ip())
+                .is_ok()
+        };
+        if let Some(s) = pool::take(&self.pool_key(), &may_use) {
+            return Ok(s);
+        }
+        let (tcp, _) = super::conn::dial(
+            &self.shared,
+            &self.generation,
+            &self.admission,
+            &self.host,
+            self.port,
+        )
+        .await?;
+        let addr = tcp
+            .peer_addr()
+            .map_err(|e| Refusal::upstream_failed(&self.host, self.port, &e.to_string()))?;
+        let tls = connect_upstream(self, tcp).await?;
+        pool::attach(addr, tls)
+            .await
+            .map_err(|e| Refusal::upstream_failed(&self.host, self.port, &e.to_string()))
     }
 }
 
@@ -117,78 +148,12 @@ fn server_name(host: &Host) -> Result<ServerName<'static>, String> {
     }
 }
 
-impl Conn {
-    async fn attach(&self, up: Upstream) -> Result<(), hyper::Error> {
-        let h2 = up.0.get_ref().1.alpn_protocol() == Some(b"h2");
-        let io = HyperIo(up.0);
-        if h2 {
-            let (sender, conn) = client2::Builder::new(LocalExec)
-                .timer(TokioTimer)
-                .handshake(io)
-                .await?;
-            tokio::task::spawn_local(conn);
-            *self.h2.borrow_mut() = Some(sender);
-        } else {
-            let (sender, conn) = client1::handshake(io).await?;
-            tokio::task::spawn_local(conn);
-            self.idle.borrow_mut().push(sender);
-        }
-        Ok(())
-    }
-
-    /// A sender ready for one request: the HTTP/2 connection, an idle HTTP/1.1 one, or a new
-    /// connection to the same checked addresses.
-    async fn sender(&self) -> Result<Sender, String> {
-        if let Some(h2) = self.h2.borrow().as_ref()
-            && !h2.is_closed()
-        {
-            return Ok(Sender::H2(h2.clone()));
-        }
-        loop {
-            let next = self.idle.borrow_mut().pop();
-            match next {
-                Some(s) if s.is_closed() => continue,
-                Some(s) if s.is_ready() => return Ok(Sender::H1(s)),
-                Some(s) => {
-                    // busy (a response still streaming): keep it for later, open another
-                    self.idle.borrow_mut().insert(0, s);
-                    break;
-                }
-                None => break,
-            }
-        }
-        let ctx = &self.ctx;
-        let admission = &ctx.admission;
-        let (tcp, _) =
-            super::conn::dial(&ctx.shared, &ctx.generation, admission, &ctx.host, ctx.port)
-                .await
-                .map_err(|r| r.detail)?;
-        let up = connect_upstream(ctx, tcp).await.map_err(|r| r.detail)?;
-        self.attach(up).await.map_err(|e| e.to_string())?;
-        if let Some(h2) = self.h2.borrow().as_ref() {
-            return Ok(Sender::H2(h2.clone()));
-        }
-        self.idle
-            .borrow_mut()
-            .pop()
-            .map(Sender::H1)
-            .ok_or_else(|| "no connection".to_string())
-    }
-
-    fn give_back(&self, s: client1::SendRequest<Full<Bytes>>) {
-        let mut idle = self.idle.borrow_mut();
-        if idle.len() < MAX_IDLE && !s.is_closed() {
-            idle.push(s);
-        }
-    }
-}
-
 /// Serves an inspected connection after the upstream was verified: answers the `CONNECT`,
 /// terminates TLS, and handles requests until either side closes.
 pub(crate) async fn run(
     client: TcpStream,
     early: Vec<u8>,
-    upstream: Upstream,
+    upstream: Sender,
     ctx: Context,
     rec: &mut ConnRecord,
 ) {
@@ -243,17 +208,10 @@ pub(crate) async fn run(
     let h2 = session.alpn_protocol() == Some(b"h2");
     let conn = Rc::new(Conn {
         ctx,
-        h2: RefCell::new(None),
-        idle: RefCell::new(Vec::new()),
+        first: RefCell::new(Some(upstream)),
         up: Cell::new(0),
         down: Cell::new(0),
     });
-    if let Err(e) = conn.attach(upstream).await {
-        rec.decision = Decision::Error;
-        rec.reason = Some("upstream_failed");
-        rec.detail = Some(e.to_string());
-        return;
-    }
     let service = {
         let conn = conn.clone();
         hyper::service::service_fn(move |req| {
@@ -589,13 +547,17 @@ async fn handle(req: Request<Incoming>, conn: Rc<Conn>, h2: bool) -> Response<Ou
     } else {
         format!("{}:{}", ctx.host, ctx.port)
     };
-    let sender = match conn.sender().await {
-        Ok(s) => s,
-        Err(why) => return refused(rec, &Refusal::upstream_failed(&ctx.host, ctx.port, &why)),
+    let first = conn.first.borrow_mut().take();
+    let sender = match first {
+        Some(s) => s,
+        None => match ctx.open().await {
+            Ok(s) => s,
+            Err(r) => return refused(rec, &r),
+        },
     };
     let uri = match &sender {
-        Sender::H2(_) => format!("https://{authority}{target}"),
-        Sender::H1(_) => target,
+        Sender::H2(..) => format!("https://{authority}{target}"),
+        Sender::H1(..) => target,
     };
     let Ok(uri) = uri.parse::<Uri>() else {
         let r = Refusal::bad_request("the request target cannot be rebuilt after resolution");
@@ -618,23 +580,29 @@ async fn handle(req: Request<Incoming>, conn: Rc<Conn>, h2: bool) -> Response<Ou
             }
         }
     }
-    if let Sender::H1(_) = sender
+    if let Sender::H1(..) = sender
         && let Ok(v) = HeaderValue::from_str(&authority)
     {
         h.insert(hyper::header::HOST, v);
     }
-    if keep_te_trailers && matches!(sender, Sender::H2(_)) {
+    if keep_te_trailers && matches!(sender, Sender::H2(..)) {
         h.insert(hyper::header::TE, HeaderValue::from_static("trailers"));
     }
     let Ok(out) = out.body(Full::new(body)) else {
         let r = Refusal::bad_request("the request cannot be rebuilt");
         return refused(rec, &r);
     };
+    let key = ctx.pool_key();
     let sent = match sender {
-        Sender::H2(mut s) => s.send_request(out).await,
-        Sender::H1(mut s) => {
+        Sender::H2(addr, mut s) => {
             let r = s.send_request(out).await;
-            conn.give_back(s);
+            pool::give_back(&key, Sender::H2(addr, s));
+            r
+        }
+        Sender::H1(addr, mut s) => {
+            let r = s.send_request(out).await;
+            // taken again only once this response has been read
+            pool::give_back(&key, Sender::H1(addr, s));
             r
         }
     };

@@ -16,6 +16,7 @@ mod identity;
 mod inspect;
 mod io;
 pub mod placeholder;
+mod pool;
 mod refusal;
 mod secret;
 mod tls;
@@ -307,6 +308,12 @@ fn worker(listener: std::net::TcpListener, shared: Arc<Shared>) {
             say("a worker could not use the listener");
             return;
         };
+        tokio::task::spawn_local(async {
+            loop {
+                tokio::time::sleep(pool::IDLE_FOR / 2).await;
+                pool::sweep();
+            }
+        });
         loop {
             match listener.accept().await {
                 Ok((stream, peer)) => {

@@ -779,6 +779,17 @@ callers = [{ cell = "worker" }]
         assert!(e.message.contains("must start with `/`"), "{e}");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_text_loads_or_fails_with_a_position_never_a_panic(
+            text in "(\\[\\[rule\\]\\]\n|\\[\\[credential\\]\\]\n|\\[gateway\\]\n|name = \"[a-z]{0,3}\"\n|any = true\n|cell = \"[a-z*]{0,3}\"\n|program = \"/[a-z*/]{0,5}\"\n|hosts = \\[\"[a-z.*]{0,8}\"\\]\n|tls = \"[a-z]{0,8}\"\n|ports = \\[[0-9]{0,6}\\]\n|env = \"[A-Z]{0,3}\"\n|endpoints = \\[\\{ host = \"[a-z.]{0,6}\" \\}\\]\n|callers = \\[\\{ any = true \\}\\]\n|\\PC{0,10}){0,12}"
+        ) {
+            if let Err(e) = parse_gateway_policy("gw.toml", &text) {
+                proptest::prop_assert!(e.line >= 1, "{}", e);
+            }
+        }
+    }
+
     #[test]
     fn relative_secret_files_are_relative_to_the_policy() {
         let p = parse_gateway_policy(
