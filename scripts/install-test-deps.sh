@@ -6,7 +6,17 @@ PACKAGES=(
   python3          # probes inside the cage (/usr/bin/python3 with ctypes)
   util-linux       # setpriv (the unprivileged runs), unshare (controls)
   git              # a real tool inside the cage
-  curl             # a real client through the relay
+  # the exec layer's integration tests run against real engines and a real sshd
+  docker.io        # dockerd (20.10), with containerd and docker-init
+  runc             # the OCI runtime for dockerd and Podman
+  tini             # dockerd's init for `Init: true`
+  podman           # Podman's Docker-compatible API service
+  catatonit        # Podman's init for `Init: true`
+  uidmap           # newuidmap/newgidmap for Podman
+  busybox-static   # the localhost/busybox image, built without a registry
+  openssh-server   # the private sshd on 127.0.0.1
+  openssh-client   # ssh with ControlMaster
+  curl             # a real client through the relay; the service scripts talk to the engines' sockets
   python3-pip      # pip download through the relay
   tinyproxy        # the real upstream proxy the relay chains through
   openssl          # TLS servers (openssl s_server) in the relay tests

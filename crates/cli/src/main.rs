@@ -1,6 +1,7 @@
 //! `nestbox`: the command line. Thin by design: parsing, wiring and printing; the decisions
 //! live in the library crates (policy, cage, net, exec).
 
+mod exec_cmd;
 mod gateway_cmd;
 mod policy_cmd;
 mod probe_cmd;
@@ -23,6 +24,11 @@ enum Command {
     ///
     /// Example: nestbox run -- pytest -q
     Run(Box<run_cmd::RunArgs>),
+    /// Run a command on a backend (local cage, Docker/Podman, SSH, Apptainer) and get the same
+    /// typed result everywhere; long jobs in the background.
+    ///
+    /// Example: nestbox exec --backend docker --image localhost/busybox -- sh -c 'make test'
+    Exec(exec_cmd::ExecArgs),
     /// Show what this kernel offers and what `run` will enforce.
     ///
     /// Example: nestbox probe --json
@@ -49,6 +55,7 @@ fn main() {
     let cli = Cli::parse();
     let code = match cli.command {
         Command::Run(args) => run_cmd::run(*args),
+        Command::Exec(args) => exec_cmd::run(args),
         Command::Probe(args) => probe_cmd::run(args),
         Command::Policy(cmd) => policy_cmd::run(cmd),
         Command::Relay(args) => relay_cmd::run(*args),

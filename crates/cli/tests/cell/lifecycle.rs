@@ -41,15 +41,10 @@ fn the_relay_is_gone_when_the_step_ends() {
 fn the_relay_is_gone_when_the_step_is_killed_or_the_launcher_is_killed() {
     for kill_launcher in [false, true] {
         let s = Scratch::new();
+        let t = unique_sleep();
+        let script = format!("echo $TMPDIR > id.txt; exec sleep {t}");
         let mut launcher = s
-            .nestbox(
-                &["--allow", "127.0.0.2:9"],
-                &[
-                    "/bin/sh",
-                    "-c",
-                    "echo $TMPDIR > id.txt; echo $$ > pid.txt; exec sleep 300",
-                ],
-            )
+            .nestbox(&["--allow", "127.0.0.2:9"], &["/bin/sh", "-c", &script])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -63,13 +58,15 @@ fn the_relay_is_gone_when_the_step_is_killed_or_the_launcher_is_killed() {
         if kill_launcher {
             launcher.kill().unwrap();
         } else {
-            let step: i32 = std::fs::read_to_string(s.path().join("pid.txt"))
-                .unwrap()
-                .trim()
-                .parse()
-                .unwrap();
+            // The step's pid as this (host) side sees it; inside its own PID namespace it
+            // has another.
+            let mut step = Vec::new();
+            eventually(Duration::from_secs(20), "the step's sleep", || {
+                step = processes_with(&format!("sleep {t}"));
+                step.len() == 1
+            });
             // SAFETY: plain kill of the step we started.
-            unsafe { libc::kill(step, libc::SIGKILL) };
+            unsafe { libc::kill(step[0], libc::SIGKILL) };
         }
         launcher.wait().unwrap();
         eventually(Duration::from_secs(1), "the relay exiting", || {

@@ -151,3 +151,30 @@ pub fn pid_alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Host pids of live processes whose whole command line is `marker` (e.g. `sleep 7001000`;
+/// the launcher's own command line, which holds it inside a script, does not count).
+pub fn processes_with(marker: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim() == marker)
+                .unwrap_or(false)
+        })
+        .filter(|&pid| pid_alive(pid))
+        .collect()
+}
+
+/// A `sleep` duration unique to this test run, to find its processes from outside.
+pub fn unique_sleep() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{}{:03}",
+        7000 + std::process::id() % 1000,
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}

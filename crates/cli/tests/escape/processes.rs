@@ -105,36 +105,6 @@ fn step_cannot_see_other_processes_command_lines() {
     other.wait().unwrap();
 }
 
-/// Host pids of live processes whose command line holds `marker`.
-fn processes_with(marker: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| {
-                    String::from_utf8_lossy(&c)
-                        .replace('\0', " ")
-                        .contains(marker)
-                })
-                .unwrap_or(false)
-        })
-        .filter(|&pid| pid_alive(pid))
-        .collect()
-}
-
-/// A `sleep` duration unique to this test run, to find its processes from outside.
-fn unique_sleep() -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{}{:03}",
-        7000 + std::process::id() % 1000,
-        N.fetch_add(1, Ordering::SeqCst)
-    )
-}
-
 #[test]
 fn timeout_kills_grandchildren_and_setsid_daemons() {
     let s = Scratch::new();
