@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::client::conn::{http1 as client1, http2 as client2};
-use tokio_rustls::client::TlsStream;
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 
 use super::io::{HyperIo, LocalExec, TokioTimer};
 
