@@ -5,7 +5,7 @@
 #      small addon), vs direct
 #   2. a passthrough tunnel through the gateway vs the relay alone vs direct
 #   3. the gateway's memory with 1,000 open connections (passthrough, then inspected)
-# The stand-in API (bench/gateway_load.py server) answers 401 unless the real key arrived, so a
+# The stand-in API (bench/gateway/load.py server) answers 401 unless the real key arrived, so a
 # proxy that forgot to inject shows up as errors.
 # Usage: bench/gateway.sh [path/to/nestbox]   (default: the release build; built if missing)
 # Installs mitmproxy (Debian package) when missing: the bench needs it, CI does not.
@@ -42,7 +42,7 @@ printf 'subjectAltName=DNS:api.anthropic.com,DNS:pass.test\n' > "$WORK/san"
 openssl x509 -req -in "$WORK/api.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" -CAcreateserial \
   -days 1 -extfile "$WORK/san" -out "$WORK/api.pem" 2>/dev/null
 API=$(free_port)
-for _ in 1 2; do python3 "$here/gateway_load.py" server "$API" "$WORK/api.pem" "$WORK/api.key" 2>/dev/null & pids+=($!); done
+for _ in 1 2; do python3 "$here/gateway/load.py" server "$API" "$WORK/api.pem" "$WORK/api.key" 2>/dev/null & pids+=($!); done
 wait_port "$API"
 
 # --- the gateway: inspect + inject for api.anthropic.com, passthrough for pass.test
@@ -85,13 +85,13 @@ wait_port "$RELAY"
 # --- mitmproxy with the same rewrite
 MITM=$(free_port)
 mitmdump -q --listen-host 127.0.0.1 --listen-port "$MITM" --set confdir="$WORK/mitm" \
-  --set ssl_verify_upstream_trusted_ca="$WORK/ca.pem" -s "$here/gateway_mitm_addon.py" \
+  --set ssl_verify_upstream_trusted_ca="$WORK/ca.pem" -s "$here/gateway/mitm_addon.py" \
   >"$WORK/mitm.log" 2>&1 & pids+=($!)
 MITM_PID=$!
 wait_port "$MITM"
 for _ in $(seq 100); do [ -s "$WORK/mitm/mitmproxy-ca-cert.pem" ] && break; sleep 0.05; done
 
-load() { python3 "$here/gateway_load.py" client --port "$API" "$@"; }
+load() { python3 "$here/gateway/load.py" client --port "$API" "$@"; }
 direct=(--name api.anthropic.com --cafile "$WORK/ca.pem" --header "x-api-key: $BENCH_KEY")
 via_gw=(--name api.anthropic.com --proxy "127.0.0.1:$GW" --cafile "$WORK/gateway-ca.pem" --header "x-api-key: $PH")
 via_mitm=(--name api.anthropic.com --proxy "127.0.0.1:$MITM" --cafile "$WORK/mitm/mitmproxy-ca-cert.pem" --header "x-api-key: $PH")

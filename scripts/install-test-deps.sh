@@ -19,7 +19,7 @@ PACKAGES=(
   curl             # a real client through the relay; the service scripts talk to the engines' sockets
   python3-pip      # pip download through the relay
   tinyproxy        # the real upstream proxy the relay chains through
-  openssl          # TLS servers (openssl s_server) in the relay tests
+  openssl          # TLS servers (openssl s_server) in the relay tests; the gateway demo's test CA
   ca-certificates  # TLS roots for the real registries
 )
 missing=()

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Load for bench/gateway.sh: an HTTPS server standing in for an API, and a client that reaches
+"""Load for bench/gateway.sh (bench/gateway/load.py): an HTTPS server standing in for an API, and a client that reaches
 it directly or through a proxy (CONNECT, then TLS inside), with keep-alive.
 
-  gateway_load.py server PORT CERT KEY
-  gateway_load.py client --name HOST --port PORT [--proxy H:P] [--addr IP] --cafile F
+  load.py server PORT CERT KEY
+  load.py client --name HOST --port PORT [--proxy H:P] [--addr IP] --cafile F
                          [--header 'k: v'] [--conns C] [--requests N] [--idle N]
 
 The client prints one JSON line: requests per second over all connections, latency
