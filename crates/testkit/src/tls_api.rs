@@ -25,6 +25,8 @@ pub struct Received {
     pub headers: Vec<(String, String)>,
     /// The body.
     pub body: Vec<u8>,
+    /// `HTTP/1.1` or `HTTP/2`.
+    pub version: String,
 }
 
 impl Received {
@@ -51,6 +53,15 @@ pub struct ApiServer {
 impl ApiServer {
     /// Starts a server with a certificate for `names`, issued by a fresh test CA.
     pub fn start(names: &[&str]) -> ApiServer {
+        ApiServer::start_with(names, false)
+    }
+
+    /// Starts a server that also speaks HTTP/2 (chosen by ALPN), served by hyper.
+    pub fn start_h2(names: &[&str]) -> ApiServer {
+        ApiServer::start_with(names, true)
+    }
+
+    fn start_with(names: &[&str], h2: bool) -> ApiServer {
         let dir = tempfile::tempdir().unwrap();
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -75,7 +86,11 @@ impl ApiServer {
             .with_no_client_auth()
             .with_single_cert(chain, key)
             .unwrap();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = if h2 {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
         let config = Arc::new(config);
 
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -83,6 +98,16 @@ impl ApiServer {
         let received = Arc::new(Mutex::new(Vec::new()));
         let delay_ms = Arc::new(AtomicU64::new(0));
         let (r, d) = (received.clone(), delay_ms.clone());
+        if h2 {
+            std::thread::spawn(move || h2_server::serve(listener, config, r));
+            return ApiServer {
+                port,
+                ca: ca_path,
+                received,
+                delay_ms,
+                _dir: dir,
+            };
+        }
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(s) = stream else { return };
@@ -162,6 +187,7 @@ fn serve(
             path,
             headers,
             body,
+            version: "HTTP/1.1".into(),
         });
         let delay = delay_ms.load(Ordering::Relaxed);
         if delay > 0 {
@@ -177,5 +203,160 @@ fn serve(
             return;
         }
         let _ = s.flush();
+    }
+}
+
+/// The HTTP/2-capable variant, on hyper.
+mod h2_server {
+    use std::convert::Infallible;
+    use std::net::TcpListener;
+    use std::sync::{Arc, Mutex};
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use rustls::ServerConfig;
+
+    use super::Received;
+
+    #[derive(Clone)]
+    struct Exec;
+
+    impl<F> hyper::rt::Executor<F> for Exec
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        fn execute(&self, fut: F) {
+            tokio::spawn(fut);
+        }
+    }
+
+    /// Tokio's streams seen as hyper's (test-only twin of the gateway's adapter).
+    struct Io<T>(T);
+
+    impl<T: tokio::io::AsyncRead + Unpin> hyper::rt::Read for Io<T> {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            mut buf: hyper::rt::ReadBufCursor<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            // SAFETY: tokio only writes into the buffer, and we advance by what it filled.
+            let n = unsafe {
+                let mut t = tokio::io::ReadBuf::uninit(buf.as_mut());
+                match std::pin::Pin::new(&mut self.0).poll_read(cx, &mut t) {
+                    std::task::Poll::Ready(Ok(())) => t.filled().len(),
+                    other => return other,
+                }
+            };
+            // SAFETY: `n` bytes were initialized by the read.
+            unsafe { buf.advance(n) };
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    impl<T: tokio::io::AsyncWrite + Unpin> hyper::rt::Write for Io<T> {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+        }
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.0).poll_flush(cx)
+        }
+        fn poll_shutdown(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+        }
+    }
+
+    pub(super) fn serve(
+        listener: TcpListener,
+        config: Arc<ServerConfig>,
+        received: Arc<Mutex<Vec<Received>>>,
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            listener.set_nonblocking(true).unwrap();
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let (acceptor, received) = (acceptor.clone(), received.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                    let service = hyper::service::service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| {
+                            let received = received.clone();
+                            async move {
+                                let version = if req.version() == hyper::Version::HTTP_2 {
+                                    "HTTP/2"
+                                } else {
+                                    "HTTP/1.1"
+                                };
+                                let (parts, body) = req.into_parts();
+                                let body = body
+                                    .collect()
+                                    .await
+                                    .map(|b| b.to_bytes().to_vec())
+                                    .unwrap_or_default();
+                                let headers = parts
+                                    .headers
+                                    .iter()
+                                    .map(|(n, v)| {
+                                        (
+                                            n.as_str().to_string(),
+                                            String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                                        )
+                                    })
+                                    .collect();
+                                received.lock().unwrap().push(Received {
+                                    method: parts.method.to_string(),
+                                    path: parts
+                                        .uri
+                                        .path_and_query()
+                                        .map(|p| p.to_string())
+                                        .unwrap_or_default(),
+                                    headers,
+                                    body,
+                                    version: version.into(),
+                                });
+                                let mut r = hyper::Response::new(Full::new(Bytes::from_static(
+                                    b"{\"ok\":true}\n",
+                                )));
+                                r.headers_mut().insert(
+                                    "content-type",
+                                    hyper::header::HeaderValue::from_static("application/json"),
+                                );
+                                Ok::<_, Infallible>(r)
+                            }
+                        },
+                    );
+                    if h2 {
+                        let _ = hyper::server::conn::http2::Builder::new(Exec)
+                            .serve_connection(Io(tls), service)
+                            .await;
+                    } else {
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(Io(tls), service)
+                            .await;
+                    }
+                });
+            }
+        });
     }
 }

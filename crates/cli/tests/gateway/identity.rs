@@ -135,3 +135,46 @@ fn a_forged_cell_token_is_refused() {
     );
     assert!(api.received().is_empty());
 }
+
+/// Connects to the gateway from Python, optionally hands the socket to a child running another
+/// program, then asks for a tunnel: the status and `X-Nestbox-Denied`.
+fn connect_with_shared_socket(gw: &Gateway, api: &ApiServer, share: bool) -> String {
+    let script = format!(
+        "import os, socket, subprocess, time\n\
+         s = socket.create_connection(('127.0.0.1', {gw}))\n\
+         child = None\n\
+         if {share}:\n\
+         \x20   os.set_inheritable(s.fileno(), True)\n\
+         \x20   child = subprocess.Popen(['/bin/sleep', '5'], pass_fds=[s.fileno()])\n\
+         \x20   time.sleep(0.3)\n\
+         s.sendall(b'CONNECT other.test:{port} HTTP/1.1\\r\\nHost: other.test:{port}\\r\\n\\r\\n')\n\
+         head = s.recv(4096).decode()\n\
+         denied = [l.split(':', 1)[1].strip() for l in head.split('\\r\\n') if l.lower().startswith('x-nestbox-denied')]\n\
+         print(head.split(' ')[1], denied[0] if denied else '-')\n\
+         if child: child.kill()\n",
+        gw = gw.port,
+        port = api.port,
+        share = if share { "True" } else { "False" },
+    );
+    let out = output_within(
+        Command::new("/usr/bin/python3").args(["-c", &script]),
+        Duration::from_secs(30),
+    );
+    format!("{}{}", stdout(&out), stderr(&out))
+}
+
+#[test]
+fn a_socket_shared_by_two_different_programs_is_refused_as_ambiguous() {
+    let api = ApiServer::start(&["other.test"]);
+    let policy = format!(
+        "[[rule]]\nname = \"anyone\"\nany = true\nhosts = [\"other.test\"]\nports = [{}]\naddresses = [\"127.0.0.1\"]\n",
+        api.port
+    );
+    let gw = Gateway::start(&policy);
+    assert_eq!(
+        connect_with_shared_socket(&gw, &api, true).trim(),
+        "403 caller_ambiguous"
+    );
+    // control: the same connection held by one program
+    assert_eq!(connect_with_shared_socket(&gw, &api, false).trim(), "200 -");
+}

@@ -7,6 +7,7 @@
 mod common;
 mod support;
 
+mod chain;
 mod credentials;
 mod demo;
 mod identity;

@@ -131,3 +131,36 @@ fn the_gateway_ca_is_printed_and_its_key_is_readable_only_by_its_user() {
     );
     assert_eq!(stdout(&again), stdout(&out));
 }
+
+#[test]
+fn a_server_that_speaks_http2_gets_the_request_over_http2_with_the_key() {
+    let api = ApiServer::start_h2(&[API]);
+    let gw = Gateway::start(&worker_policy(&api, ""));
+    let header = format!("x-api-key: {PLACEHOLDER}");
+    let url = api_url(&api, "/v1/messages");
+    // the step speaks HTTP/1.1 to the gateway; the gateway speaks HTTP/2 to the server
+    let out = gw.run(
+        &["--credential", "ANTHROPIC_API_KEY"],
+        &[
+            "/usr/bin/curl",
+            "-sS",
+            "--http1.1",
+            "-H",
+            &header,
+            "-d",
+            "{}",
+            &url,
+        ],
+    );
+    assert!(
+        stdout(&out).contains("{\"ok\":true}"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let got = api.received();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].version, "HTTP/2");
+    assert_eq!(got[0].header("x-api-key"), Some(SECRET));
+    assert_eq!(got[0].path, "/v1/messages");
+}
