@@ -60,6 +60,21 @@ pub struct Gateway {
     pub work: tempfile::TempDir,
 }
 
+/// The real clients the tests use: a missing one fails the test with the command that installs
+/// it, never skips it.
+fn need_tools() {
+    for (path, package) in [
+        ("/usr/bin/curl", "curl"),
+        ("/usr/bin/python3", "python3"),
+        ("/usr/bin/openssl", "openssl"),
+    ] {
+        assert!(
+            Path::new(path).exists(),
+            "{path} is needed by the gateway tests: apt-get install -y {package} (or run scripts/install-test-deps.sh)"
+        );
+    }
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -78,6 +93,7 @@ impl Gateway {
 
     /// Starts a gateway with `env`; `Err(its stderr)` when it exits instead of serving.
     pub fn try_start(policy: &str, env: &[(&str, &str)]) -> Result<Gateway, String> {
+        need_tools();
         let work = tempfile::Builder::new()
             .prefix("nestbox-gw-test-")
             .tempdir()

@@ -119,7 +119,7 @@ async fn answer(req: &Value, shared: &Arc<Shared>, tokens: &mut Vec<String>) -> 
             json!({"ok": true})
         }
         Some("reload") => {
-            super::reload(shared.clone(), "requested on the control socket").await;
+            super::reload::reload(shared.clone(), "requested on the control socket").await;
             shared.status_json()
         }
         other => {
