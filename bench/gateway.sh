@@ -70,10 +70,14 @@ env = "BENCH_KEY"
 endpoints = [{ host = "api.anthropic.com", port = $API }]
 callers = [{ any = true }]
 TOML
-"$NESTBOX" gateway --policy "$WORK/gateway.toml" --listen "127.0.0.1:$GW" --dir "$WORK/state" \
-  --resolve api.anthropic.com=127.0.0.1 --resolve pass.test=127.0.0.1 2>"$WORK/gateway.log" & pids+=($!)
-GW_PID=$!
-wait_port "$GW"
+start_gateway() {
+  "$NESTBOX" gateway --policy "$WORK/gateway.toml" --listen "127.0.0.1:$GW" --dir "$WORK/state" \
+    --resolve api.anthropic.com=127.0.0.1 --resolve pass.test=127.0.0.1 2>>"$WORK/gateway.log" & pids+=($!)
+  GW_PID=$!
+  wait_port "$GW"
+  for _ in $(seq 200); do [ -S "$WORK/state/control.sock" ] && break; sleep 0.05; done
+}
+start_gateway
 "$NESTBOX" gateway ca --dir "$WORK/state" > "$WORK/gateway-ca.pem" 2>/dev/null
 
 # --- the relay alone, for the passthrough comparison
@@ -158,8 +162,16 @@ done
 printf '  %-28s %10s req/s\n' "gateway passthrough" "${pass_rps[pass_gw]}" "relay alone" "${pass_rps[pass_relay]}" \
   "direct" "${pass_rps[direct]}"
 
-echo "== 3. gateway memory with 1,000 open connections"
-echo "  at rest: $(( $(rss_kib $GW_PID) / 1024 )) MiB"
+echo "== 3. gateway memory with 1,000 open connections (a fresh gateway for each count)"
+echo "  after the runs above: $(( $(rss_kib $GW_PID) / 1024 )) MiB"
+restart_gateway() {
+  kill "$GW_PID"; wait "$GW_PID" 2>/dev/null || true
+  rm -f "$WORK/state/control.sock"
+  start_gateway
+  load "${via_gw[@]}" --requests 10 >/dev/null   # its leaf certificate, like a warm gateway
+  echo "  fresh, at rest: $(( $(rss_kib $GW_PID) / 1024 )) MiB"
+}
+restart_gateway
 hold() {
   local v=$1
   declare -n a=$v
@@ -171,7 +183,7 @@ hold() {
   wait "$HOLD_PID" 2>/dev/null || true
 }
 hold pass_gw "1,000 passthrough tunnels"
-sleep 1
+restart_gateway
 hold via_gw "1,000 inspected connections"
 echo "  mitmproxy for comparison, before: $(( $(rss_kib $MITM_PID) / 1024 )) MiB"
 hold via_mitm "mitmproxy, 1,000 inspected connections" "$MITM_PID"

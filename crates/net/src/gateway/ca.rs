@@ -21,6 +21,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 const CERT_FILE: &str = "ca.pem";
 const KEY_FILE: &str = "ca.key";
 const SUBJECT_FILE: &str = "ca.subject";
+const LOCK_FILE: &str = "ca.lock";
 
 /// How many hosts' server configurations are kept; beyond that the cache starts over.
 const MAX_LEAVES: usize = 1024;
@@ -91,6 +92,9 @@ impl CertAuthority {
             .mode(0o700)
             .create(dir)
             .map_err(|e| fail(format!("cannot create the directory: {e}")))?;
+        // One creator at a time (the gateway starting, `nestbox gateway ca`): the lock is held
+        // until this function returns.
+        let _lock = lock(&dir.join(LOCK_FILE)).map_err(|e| fail(format!("locking: {e}")))?;
         let (cert_p, key_p, subj_p) = (
             dir.join(CERT_FILE),
             dir.join(KEY_FILE),
@@ -209,6 +213,27 @@ impl CertAuthority {
     }
 }
 
+/// Takes an exclusive lock on `path` (created if missing), released when the file is closed.
+fn lock(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(path)?;
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Ok(f);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Creates `path` with mode 0600 and writes `bytes` (fails if it exists).
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut f = OpenOptions::new()
@@ -235,6 +260,22 @@ mod tests {
         let pem = ca.cert_pem().to_string();
         let again = CertAuthority::load_or_create(&state).unwrap();
         assert_eq!(again.cert_pem(), pem);
+        // creators racing each other agree on one CA
+        let racing = tempfile::tempdir().unwrap();
+        let pems: Vec<String> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        CertAuthority::load_or_create(racing.path())
+                            .unwrap()
+                            .cert_pem()
+                            .to_string()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(pems.iter().all(|p| *p == pems[0]));
         let host = nestbox_policy::Host::parse("api.example.com").unwrap();
         let c1 = again.server_config(&host, true).unwrap();
         let c2 = again.server_config(&host, true).unwrap();

@@ -294,9 +294,11 @@ pub fn serve(listener: std::net::TcpListener, config: GatewayConfig) -> Result<(
 }
 
 fn worker(listener: std::net::TcpListener, shared: Arc<Shared>) {
+    // Blocking threads only read /proc to identify callers; each would keep an allocator arena
+    // of its own, so a worker has few.
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .max_blocking_threads(4)
+        .max_blocking_threads(2)
         .build()
     else {
         say("a worker's event loop could not start");
