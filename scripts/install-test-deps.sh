@@ -23,7 +23,7 @@ PACKAGES=(
   iproute2         # ip: the relay tests find this machine's own address
   python3-pip      # pip download through the relay
   tinyproxy        # the real upstream proxy the relay chains through
-  openssl          # TLS servers (openssl s_server) in the relay tests
+  openssl          # TLS servers (openssl s_server) in the relay tests; the gateway demo's test CA
   ca-certificates  # TLS roots for the real registries
 )
 # The MCP tests drive `nestbox mcp` with the official MCP Python SDK (a client nobody here

@@ -5,6 +5,7 @@ mod docs_cmd;
 mod exec_cmd;
 mod gate_args;
 mod mcp;
+mod gateway_cmd;
 mod policy_cmd;
 mod probe_cmd;
 mod progress;
@@ -76,6 +77,10 @@ enum Command {
     ///
     /// Example: nestbox man | man -l -
     Man(docs_cmd::ManArgs),
+    /// Run the gateway (the egress proxy that holds credentials), or ask a running one.
+    ///
+    /// Example: nestbox gateway --policy gateway.toml
+    Gateway(Box<gateway_cmd::GatewayArgs>),
 }
 
 fn main() {
@@ -90,6 +95,7 @@ fn main() {
         Command::Presets(args) => relay_cmd::presets(args),
         Command::Completions(args) => docs_cmd::completions(args),
         Command::Man(args) => docs_cmd::man(args),
+        Command::Gateway(args) => gateway_cmd::run(*args),
     };
     std::process::exit(code);
 }

@@ -1,17 +1,23 @@
-//! `nestbox policy check|show`: validate a policy file, or print the effective policy.
+//! `nestbox policy check`: validate a policy file, a worker policy or a gateway policy.
+//!
+//! The kind is told by the file's top-level keys: `kind = "gateway"`, or any of `[[rule]]`,
+//! `[[credential]]`, `[gateway]`, makes it a gateway policy; anything else is a worker policy.
 
 use std::path::PathBuf;
 
 use clap::Subcommand;
+use nestbox_policy::gateway::{PolicyKind, load_gateway_file, policy_kind};
 use nestbox_policy::{Policy, load_file};
 
 use crate::say_error;
 
 #[derive(Subcommand)]
 pub enum PolicyCommand {
-    /// Validate a policy file: syntax, unknown keys, values, and that every path exists.
+    /// Validate a policy file: syntax, unknown keys, values, and that every path exists (worker
+    /// policy), or rules, credentials and endpoint ambiguity (gateway policy: a file with
+    /// `kind = "gateway"`, `[[rule]]`, `[[credential]]` or `[gateway]`).
     ///
-    /// Example: nestbox policy check worker.toml
+    /// Example: nestbox policy check worker.toml; nestbox policy check gateway.toml
     Check {
         file: PathBuf,
         /// Resolve relative paths against this directory (default: the current one).
@@ -23,6 +29,10 @@ pub enum PolicyCommand {
 pub fn run(cmd: PolicyCommand) -> i32 {
     match cmd {
         PolicyCommand::Check { file, workdir } => {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            if policy_kind(&text) == PolicyKind::Gateway {
+                return check_gateway(&file);
+            }
             let parsed = match load_file(&file) {
                 Ok(p) => p,
                 Err(e) => {
@@ -48,6 +58,28 @@ pub fn run(cmd: PolicyCommand) -> i32 {
                     125
                 }
             }
+        }
+    }
+}
+
+fn check_gateway(file: &std::path::Path) -> i32 {
+    match load_gateway_file(file) {
+        Ok(p) => {
+            for w in &p.warnings {
+                eprintln!("nestbox: warning: {w}");
+            }
+            println!(
+                "{}: ok (gateway policy: {} rules, {} credentials, {} warnings)",
+                file.display(),
+                p.rules.len(),
+                p.credentials.len(),
+                p.warnings.len()
+            );
+            0
+        }
+        Err(e) => {
+            say_error(e);
+            125
         }
     }
 }

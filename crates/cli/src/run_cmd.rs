@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use nestbox_cage::{CageError, Outcome, PreparedStep, Report, StepRequest};
-use nestbox_net::cell::{CellNetwork, CellOptions, UpstreamChoice};
+use nestbox_net::cell::{CellNetwork, CellOptions, GatewayOptions, UpstreamChoice};
 use nestbox_policy::{
     Access, NetEntry, NetMode, Origin, PathRule, Policy, check_env_name, load_file, units,
 };
@@ -17,6 +17,7 @@ use crate::say_error;
   nestbox run -- pytest -q
   nestbox run --policy worker.toml --timeout 30m -- make test
   nestbox run --read ~/.cache/pip --env CI=1 --report - -- pip install -e .
+  nestbox run --gateway http://127.0.0.1:3129 --credential ANTHROPIC_API_KEY -- python3 agent.py
 
 Exit status: the step's own; 128+N if it died of signal N; 124 if it timed out;
 126/127 if the command cannot be executed or found; 125 if nestbox refused or failed.")]
@@ -85,6 +86,43 @@ pub struct RunArgs {
     /// Append one JSON line per relay decision to FILE.
     #[arg(long, value_name = "FILE", help_heading = "Network")]
     audit: Option<PathBuf>,
+    /// Reach the network through this gateway (`http://127.0.0.1:3129`): the step's relay
+    /// chains to it as a registered cell, and what the gateway policy grants the cell is
+    /// allowed. The step trusts the gateway's CA (SSL_CERT_FILE and friends).
+    #[arg(
+        long,
+        value_name = "URL",
+        help_heading = "Gateway",
+        conflicts_with_all = ["upstream", "no_upstream"]
+    )]
+    gateway: Option<String>,
+    /// Give the step the placeholder `nestbox:resolve:env:NAME` in NAME; the gateway puts the
+    /// real credential in where its policy binds it (repeatable).
+    #[arg(
+        long,
+        value_name = "NAME",
+        help_heading = "Gateway",
+        requires = "gateway"
+    )]
+    credential: Vec<String>,
+    /// The cell's name, as the gateway policy names it (`cell = "..."`).
+    #[arg(
+        long,
+        value_name = "NAME",
+        help_heading = "Gateway",
+        default_value = "worker",
+        requires = "gateway"
+    )]
+    cell_name: String,
+    /// The gateway's state directory, where its control socket is (default: the gateway's
+    /// default, $NESTBOX_GATEWAY_DIR or ~/.local/state/nestbox/gateway).
+    #[arg(
+        long,
+        value_name = "DIR",
+        help_heading = "Gateway",
+        requires = "gateway"
+    )]
+    gateway_dir: Option<PathBuf>,
 
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
@@ -143,6 +181,37 @@ fn flags_policy(args: &RunArgs) -> Result<Policy, String> {
         p.limits.timeout = Some(units::parse_duration(t).map_err(|m| format!("--timeout: {m}"))?);
     }
     Ok(p)
+}
+
+/// The gateway options, checked against the policy: a credential's variable must not also be
+/// passed or set (the step would hold the real value, or a different placeholder).
+fn gateway_options(args: &RunArgs, policy: &Policy) -> Result<Option<GatewayOptions>, CageError> {
+    let Some(url) = &args.gateway else {
+        return Ok(None);
+    };
+    if let Some(up) = &policy.net.upstream {
+        return Err(CageError::Policy(format!(
+            "{}: the policy names an upstream proxy ({}), but --gateway makes the gateway the relay's upstream; remove one",
+            up.origin, up.text
+        )));
+    }
+    for name in &args.credential {
+        check_env_name(name).map_err(|m| CageError::Policy(format!("--credential {name}: {m}")))?;
+        if policy.env.pass.iter().any(|p| p == name) || policy.env.set.contains_key(name) {
+            return Err(CageError::Policy(format!(
+                "--credential {name}: {name} is also passed or set by --env or the policy; the step must hold only the placeholder"
+            )));
+        }
+    }
+    Ok(Some(GatewayOptions {
+        url: url.clone(),
+        dir: args
+            .gateway_dir
+            .clone()
+            .unwrap_or_else(nestbox_net::gateway::default_state_dir),
+        cell_name: args.cell_name.clone(),
+        credentials: args.credential.clone(),
+    }))
 }
 
 /// `name`, `uid` or `uid:gid` to numbers; a name or a bare uid takes the user's primary group.
@@ -221,8 +290,10 @@ fn run_inner(args: &RunArgs) -> Result<i32, CageError> {
         .map(parse_user)
         .transpose()
         .map_err(CageError::Policy)?;
+    let mut policy = policy;
     let caller_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-    let mut cell = if policy.net.wants_network() {
+    let gateway = gateway_options(args, &policy)?;
+    let mut cell = if policy.net.wants_network() || gateway.is_some() {
         let upstream = if args.no_upstream {
             UpstreamChoice::None
         } else if let Some(u) = &policy.net.upstream {
@@ -234,8 +305,20 @@ fn run_inner(args: &RunArgs) -> Result<i32, CageError> {
             upstream,
             audit: args.audit.clone(),
             caller_env: caller_env.clone(),
+            gateway,
         };
-        Some(CellNetwork::plan(&policy.net, &opts)?)
+        let cell = CellNetwork::plan(&policy.net, &opts)?;
+        for path in &cell.read_paths {
+            policy.fs.push(
+                PathRule::parse(
+                    &path.to_string_lossy(),
+                    Access::Read,
+                    Origin::Flag("--gateway"),
+                )
+                .map_err(CageError::Policy)?,
+            );
+        }
+        Some(cell)
     } else {
         if policy.net.mode == NetMode::Netns || args.audit.is_some() || args.upstream.is_some() {
             return Err(CageError::Policy(

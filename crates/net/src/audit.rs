@@ -84,6 +84,11 @@ impl AuditLog {
     /// Appends one record as a JSON line. Errors are returned, not hidden; the relay reports them
     /// once on stderr and carries on (a full disk must not cut the step's network).
     pub fn write(&self, record: &Record) -> io::Result<()> {
+        self.write_json(record)
+    }
+
+    /// Appends any serializable record as one JSON line (the gateway's records).
+    pub fn write_json(&self, record: &impl Serialize) -> io::Result<()> {
         let mut line = serde_json::to_vec(record).map_err(io::Error::other)?;
         line.push(b'\n');
         (&self.file).write_all(&line)

@@ -10,6 +10,7 @@ use std::io::Read;
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use nestbox_cage::{CageError, Network, Started};
 use nestbox_policy::{NetMode, NetPolicy};
 
 use crate::config::allowlist_from_policy;
+use crate::gateway::{Registration, register_cell};
 use crate::registry::Discovery;
 use crate::upstream::{Upstream, upstream_from_env};
 
@@ -39,6 +41,43 @@ pub enum UpstreamChoice {
     None,
 }
 
+/// `nestbox run --gateway`: the relay chains to a gateway, which knows the cell by a token.
+#[derive(Clone, Debug)]
+pub struct GatewayOptions {
+    /// The gateway's proxy URL (`http://127.0.0.1:3129`).
+    pub url: String,
+    /// The gateway's state directory (where its control socket is).
+    pub dir: PathBuf,
+    /// The cell's name, as the gateway policy's `cell = "..."` names it.
+    pub cell_name: String,
+    /// Credentials the step gets placeholders for (`--credential`).
+    pub credentials: Vec<String>,
+}
+
+/// The environment variables that point TLS clients at a CA bundle.
+pub const CA_BUNDLE_VARS: &[&str] = &[
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+    "CARGO_HTTP_CAINFO",
+];
+
+/// Where system roots are found, in order.
+const SYSTEM_BUNDLES: &[&str] = &[
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+];
+
+/// The placeholder a step holds instead of credential `name`.
+pub fn placeholder(name: &str) -> String {
+    format!("nestbox:resolve:env:{name}")
+}
+
 /// What the launcher was asked, beyond the policy's `[net]` section.
 #[derive(Clone, Debug, Default)]
 pub struct CellOptions {
@@ -49,6 +88,8 @@ pub struct CellOptions {
     /// The launcher's environment: the relay reads registry settings and the default upstream
     /// from it. It never reaches the step.
     pub caller_env: Vec<(OsString, OsString)>,
+    /// Chain to a gateway as a registered cell.
+    pub gateway: Option<GatewayOptions>,
 }
 
 /// The network side of one step, ready to be handed to the cage.
@@ -57,10 +98,51 @@ pub struct CellNetwork {
     pub network: Network,
     /// Proxy variables for [`nestbox_cage::StepRequest::extra_env`].
     pub extra_env: Vec<(String, OsString)>,
+    /// Files the step must be able to read (the CA bundle with the gateway's CA).
+    pub read_paths: Vec<PathBuf>,
     mode: NetMode,
     port_listener: Option<TcpListener>,
     relay_args: Vec<String>,
     relay_env: Vec<(OsString, OsString)>,
+    registration: Option<Registration>,
+    bundle_dir: Option<PathBuf>,
+}
+
+impl Drop for CellNetwork {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.bundle_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Writes `system roots + gateway CA + extra roots` into a fresh directory the step can read.
+fn write_bundle(reg: &Registration) -> Result<(PathBuf, PathBuf), CageError> {
+    let mut pem = String::new();
+    for p in SYSTEM_BUNDLES {
+        if let Ok(text) = std::fs::read_to_string(p) {
+            pem.push_str(&text);
+            if !pem.ends_with('\n') {
+                pem.push('\n');
+            }
+            break;
+        }
+    }
+    pem.push_str(&reg.ca_pem);
+    if !pem.ends_with('\n') {
+        pem.push('\n');
+    }
+    pem.push_str(&reg.extra_roots_pem);
+    let dir = std::env::temp_dir().join(format!("nestbox-trust-{}", nestbox_cage::new_step_id()));
+    std::fs::DirBuilder::new()
+        .mode(0o755)
+        .create(&dir)
+        .map_err(|e| CageError::Setup(format!("CA bundle dir {}: {e}", dir.display())))?;
+    let file = dir.join("ca-bundle.pem");
+    std::fs::write(&file, pem)
+        .map_err(|e| CageError::Setup(format!("CA bundle {}: {e}", file.display())))?;
+    let _ = std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644));
+    Ok((dir, file))
 }
 
 fn proxy_env(port: u16) -> Vec<(String, OsString)> {
@@ -154,6 +236,58 @@ impl CellNetwork {
             other => other,
         };
         let mut relay_args: Vec<String> = Vec::new();
+        let mut extra_env: Vec<(String, OsString)> = Vec::new();
+        let mut read_paths = Vec::new();
+        let mut registration = None;
+        let mut bundle_dir = None;
+        let mut gateway_report = serde_json::Value::Null;
+        let mut upstream = upstream;
+        if let Some(gw) = &opts.gateway {
+            let gw_url = Upstream::parse(&gw.url)
+                .map_err(|e| CageError::Policy(format!("--gateway: {e}")))?;
+            if gw_url.authorization().is_some() {
+                return Err(CageError::Policy(
+                    "--gateway: give the gateway's address without credentials (the cell's token is added by nestbox)".into(),
+                ));
+            }
+            let reg = register_cell(&gw.dir, &gw.cell_name, "", &gw.credentials)
+                .map_err(|e| CageError::Policy(format!("--gateway: {e}")))?;
+            let asked = format!("{}:{}", gw_url.host(), gw_url.port());
+            if reg.listen != asked {
+                return Err(CageError::Policy(format!(
+                    "--gateway {}: the gateway whose control socket is in {} listens on {}; give that address, or --gateway-dir of the gateway at {asked}",
+                    gw.url,
+                    gw.dir.display(),
+                    reg.listen
+                )));
+            }
+            // The relay's upstream is the gateway, with the cell's token as the proxy password.
+            // It travels in the relay's environment only, never on a command line.
+            let url = format!("http://cell:{}@{}", reg.token, reg.listen);
+            upstream = Some(Upstream::parse(&url).map_err(config_error)?);
+            relay_env.retain(|(k, _)| !PROXY_VARS.iter().any(|p| k.as_bytes() == p.as_bytes()));
+            relay_env.push(("https_proxy".into(), url.into()));
+            for entry in &reg.allow {
+                relay_args.push(format!("--allow={entry}"));
+            }
+            for name in &gw.credentials {
+                extra_env.push((name.clone(), placeholder(name).into()));
+            }
+            let (dir, file) = write_bundle(&reg)?;
+            for var in CA_BUNDLE_VARS {
+                extra_env.push((var.to_string(), file.clone().into_os_string()));
+            }
+            gateway_report = serde_json::json!({
+                "url": gw.url,
+                "cell": gw.cell_name,
+                "credentials": gw.credentials,
+                "allowed_by_gateway_policy": reg.allow,
+                "ca_bundle": file.display().to_string(),
+            });
+            read_paths.push(file);
+            bundle_dir = Some(dir);
+            registration = Some(reg);
+        }
         for e in &net.allow {
             relay_args.push(format!("--allow={}", e.text));
         }
@@ -171,6 +305,16 @@ impl CellNetwork {
         }
 
         let mut notes = Vec::new();
+        if let Some(reg) = &registration
+            && reg.allow.is_empty()
+            && net.allow.is_empty()
+            && net.presets.is_empty()
+        {
+            notes.push(format!(
+                "gateway: its policy grants cell `{}` no destination; every request will be refused",
+                opts.gateway.as_ref().map_or("", |g| g.cell_name.as_str())
+            ));
+        }
         let (network_port, port_listener) = match mode {
             NetMode::Netns => {
                 notes.push("netns: the step has its own network namespace holding only lo; its one way out is the relay, which accepts inside it and dials outside. A program that ignores the proxy variables has no network at all".to_string());
@@ -200,6 +344,7 @@ impl CellNetwork {
                 UpstreamChoice::None => "disabled (--no-upstream)",
             },
             "audit": opts.audit.as_ref().map(|a| a.display().to_string()),
+            "gateway": gateway_report,
         });
         let report = NetworkReport {
             mode: match mode {
@@ -219,13 +364,18 @@ impl CellNetwork {
                 report,
             },
         };
+        let mut env = proxy_env(network_port);
+        env.extend(extra_env);
         Ok(CellNetwork {
             network,
-            extra_env: proxy_env(network_port),
+            extra_env: env,
+            read_paths,
             mode,
             port_listener,
             relay_args,
             relay_env,
+            registration,
+            bundle_dir,
         })
     }
 
@@ -237,6 +387,10 @@ impl CellNetwork {
     /// Starts the relay for the step `started` and waits until it accepts. Call it from the
     /// cage's `before_exec` hook: the step runs only once this returns `Ok`.
     pub fn start_relay(&mut self, started: Started<'_>, step_id: &str) -> Result<(), CageError> {
+        if let Some(reg) = &mut self.registration {
+            reg.set_step(step_id)
+                .map_err(|e| CageError::Setup(format!("gateway: {e}")))?;
+        }
         let listener: OwnedFd = match (started.listener, self.port_listener.take()) {
             (Some(fd), _) => fd,
             (None, Some(l)) => OwnedFd::from(l),

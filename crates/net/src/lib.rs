@@ -1,6 +1,7 @@
 //! # nestbox-net
 //!
-//! The network side of nestbox. Today: **the relay**, the one network exit of a caged step.
+//! The network side of nestbox: **the relay**, the one network exit of a caged step, and **the
+//! gateway** ([`gateway`]), the outer egress proxy that holds credentials.
 //!
 //! A step's worker gets `HTTPS_PROXY`/`https_proxy` (and the `http_proxy` pair) pointing at its
 //! relay, a small HTTP proxy that lives exactly as long as the step. In netns mode the relay's
@@ -43,6 +44,45 @@
 //! Bytes in a tunnel move with `splice(2)` through a pipe per direction, on one thread: an idle
 //! tunnel holds no buffer.
 //!
+//! ## The gateway's checks, in order
+//!
+//! `nestbox gateway --policy gateway.toml` serves `CONNECT` on loopback for agents and for the
+//! relays of cells (`nestbox run --gateway URL`). Deny by default; every refusal is a distinct
+//! `X-Nestbox-Denied` reason with a JSON body saying how to allow it.
+//!
+//! 1. **Request head**: as the relay's (bounded, strict, timed). Only `CONNECT` is served;
+//!    absolute-form plain HTTP gets 405 `plain_http_not_supported`.
+//! 2. **Who**: a `Proxy-Authorization: Basic base64("cell:" + token)` names a cell registered
+//!    over the control socket (a token nobody issued: 403 `cell_token_invalid`). Without one,
+//!    the caller is the program owning the client socket: the connection's addresses are looked
+//!    up in `/proc/net/tcp{,6}` for the socket inode, `/proc/*/fd` for its owners, and
+//!    `/proc/<pid>/exe` for their executables (never `argv[0]`); owners running different
+//!    executables are refused (`caller_ambiguous`); an owner the gateway cannot see is
+//!    `unknown`, and only `any` rules apply to it.
+//! 3. **Rules** ([`nestbox_policy::gateway`]): the rules naming this caller and covering
+//!    `host:port` admit the connection (none: 403 `no_matching_rule`). They agree on the TLS
+//!    handling: the policy refused to load otherwise (endpoint ambiguity, per caller).
+//! 4. **Resolve, check, dial**: as the relay: one lookup (or `--resolve`), every address
+//!    checked (loopback, private, link-local, metadata... refused unless the rule's
+//!    `addresses` names them), the checked address dialed.
+//! 5. **Passthrough**: `200`, then a byte tunnel whose ClientHello must name the `CONNECT` host
+//!    (`sni_mismatch`).
+//! 6. **Inspect**: TLS to the server first, verified against the system roots and
+//!    `gateway.upstream_ca` (502 `upstream_tls_failed` before the `200`); then the client's TLS
+//!    is terminated with a leaf from the gateway's CA (HTTP/2 or HTTP/1.1 by ALPN), and each
+//!    request is checked: authority equals the tunnel's host (421 `host_mismatch`), no dot
+//!    segments (400), method and path among the rules' (403 `request_not_allowed`), every
+//!    placeholder in the path, query and header values (Basic credentials decoded) bound to
+//!    this endpoint and this caller (403 `credential_unknown`, `credential_endpoint_mismatch`,
+//!    `credential_caller_mismatch`, `credential_not_granted`) and replaced by its secret; the
+//!    body is buffered up to `gateway.max_body` (413 `body_too_large_to_inspect`) and refused
+//!    if it holds a complete placeholder (403 `placeholder_in_body`), all before anything is
+//!    sent. The response streams back.
+//!
+//! Each connection and each inspected request is one audit line (OCSF-like field names;
+//! credential names, never values). A new policy (SIGHUP, or the file changing) applies to new
+//! connections; an invalid one is refused and the last valid one stays.
+//!
 //! ```no_run
 //! use nestbox_net::{serve, Lifecycle, RelayConfig};
 //! use nestbox_policy::{Allowlist, Origin, RuleSource};
@@ -58,6 +98,7 @@
 pub mod audit;
 pub mod cell;
 mod config;
+pub mod gateway;
 
 pub mod registry;
 mod relay;

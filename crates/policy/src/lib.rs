@@ -16,8 +16,12 @@
 //!
 //! Every entry remembers its [`Origin`] (file, line and column, a flag, or the default), so a
 //! refusal later can say exactly which line to change.
+//!
+//! The gateway's policy (who may reach where through `nestbox gateway`, and the credentials it
+//! holds) lives in [`gateway`], with its own loader and the endpoint-ambiguity check.
 
 mod defaults;
+pub mod gateway;
 pub mod host;
 mod load;
 mod model;

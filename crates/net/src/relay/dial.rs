@@ -223,13 +223,60 @@ async fn upstream_connect(
             Ok(Scan::Complete { end }) => end,
             Err(_) => return Err(Refusal::upstream_refused(up, "an oversized response head")),
         };
-        let head = String::from_utf8_lossy(&buf[..end]);
+        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
         let status_line = head.lines().find(|l| !l.is_empty()).unwrap_or("").trim();
         let code = status_line.split(' ').nth(1).unwrap_or("");
         if !(status_line.starts_with("HTTP/1.") && code.len() == 3 && code.starts_with('2')) {
+            if let Some(r) = gateway_refusal(up, stream, &head, &mut buf, end, code).await {
+                return Err(r);
+            }
             let shown: String = status_line.chars().take(120).collect();
             return Err(Refusal::upstream_refused(up, &shown));
         }
         return Ok(buf.split_off(end));
     }
+}
+
+/// When the upstream is a nestbox gateway that refused (`X-Nestbox-Denied`), its whole answer
+/// (head and a body of at most 16 KiB), to be passed on to the client as it is.
+async fn gateway_refusal(
+    up: &Upstream,
+    stream: &TcpStream,
+    head: &str,
+    buf: &mut Vec<u8>,
+    end: usize,
+    code: &str,
+) -> Option<Refusal> {
+    let field = |name: &str| {
+        head.lines().find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+    };
+    let reason = field("x-nestbox-denied")?;
+    let status: u16 = code.parse().ok()?;
+    let length: usize = field("content-length")?.parse().ok()?;
+    if length > 16 * 1024 {
+        return None;
+    }
+    while buf.len() < end + length {
+        if stream.readable().await.is_err() {
+            return None;
+        }
+        match stream.try_read_buf(buf) {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => return None,
+        }
+    }
+    let reason: String = reason.chars().take(64).collect();
+    Some(Refusal::from_gateway(
+        up,
+        status,
+        &reason,
+        buf[..end + length].to_vec(),
+    ))
 }

@@ -2,14 +2,14 @@
 //! thread, one task per connection; see the crate documentation for the checks in order.
 
 mod dial;
-mod head;
-mod lifecycle;
-mod refusal;
-mod request;
+pub(crate) mod head;
+pub(crate) mod lifecycle;
+pub(crate) mod refusal;
+pub(crate) mod request;
 pub mod sni;
-mod splice;
+pub(crate) mod splice;
 mod this_host;
-mod tunnel;
+pub(crate) mod tunnel;
 
 use std::cell::Cell;
 use std::io::{self, Write};

@@ -27,6 +27,9 @@ pub(crate) struct Refusal {
     pub decision: Decision,
     /// The rule that decided, when one did (a deny rule).
     pub rule: Option<String>,
+    /// A complete response to send instead of the rendered one: a gateway's own refusal,
+    /// passed through so the client sees the gateway's reason.
+    pub raw: Option<Vec<u8>>,
 }
 
 /// The allow entry that would let `host:port` through for `kind`.
@@ -43,7 +46,7 @@ fn target(host: &Host, port: u16) -> String {
 }
 
 impl Refusal {
-    fn new(status: u16, reason: &'static str, detail: String, allow: String) -> Refusal {
+    pub(crate) fn new(status: u16, reason: &'static str, detail: String, allow: String) -> Refusal {
         Refusal {
             status,
             reason,
@@ -51,10 +54,11 @@ impl Refusal {
             allow,
             decision: Decision::Deny,
             rule: None,
+            raw: None,
         }
     }
 
-    fn failed(mut self) -> Refusal {
+    pub(crate) fn failed(mut self) -> Refusal {
         self.decision = Decision::Error;
         self
     }
@@ -298,8 +302,24 @@ impl Refusal {
         if code == 403 { r } else { r.failed() }
     }
 
+    /// A refusal by an upstream nestbox gateway (its answer carried `X-Nestbox-Denied`): the
+    /// client gets the gateway's response as it was, so it sees the gateway's reason.
+    pub fn from_gateway(up: &Upstream, status: u16, reason: &str, response: Vec<u8>) -> Refusal {
+        let mut r = Refusal::new(
+            status,
+            "upstream_denied",
+            format!("the gateway {up} refused: {reason}"),
+            "see the gateway's answer".into(),
+        );
+        r.raw = Some(response);
+        r
+    }
+
     /// The HTTP response: status line, `X-Nestbox-Denied`, JSON body, `Connection: close`.
     pub fn response(&self) -> Vec<u8> {
+        if let Some(raw) = &self.raw {
+            return raw.clone();
+        }
         let body = serde_json::json!({
             "error": self.reason,
             "detail": self.detail,
@@ -325,14 +345,18 @@ impl Refusal {
     }
 }
 
-fn status_text(status: u16) -> &'static str {
+pub(crate) fn status_text(status: u16) -> &'static str {
     match status {
         400 => "Bad Request",
         403 => "Forbidden",
         405 => "Method Not Allowed",
+        407 => "Proxy Authentication Required",
         408 => "Request Timeout",
+        413 => "Content Too Large",
         414 => "URI Too Long",
+        421 => "Misdirected Request",
         431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
