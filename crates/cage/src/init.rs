@@ -68,9 +68,10 @@ impl PidNsPlan {
     }
 }
 
-/// Whether this machine is likely to allow a step PID namespace; the attempt itself decides
-/// (a failure falls back to the plain cage, and the report says so).
-pub(crate) fn likely_available() -> bool {
+/// Whether this machine is likely to let a step have its own PID, mount and network
+/// namespaces (root, or unprivileged user namespaces allowed). Cheap: no process is created;
+/// the attempt itself decides, and fails with [`crate::CageError::NamespacesUnavailable`].
+pub fn likely_available() -> bool {
     // SAFETY: trivial getter.
     if unsafe { libc::geteuid() } == 0 {
         return true;

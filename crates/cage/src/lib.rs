@@ -54,6 +54,7 @@ mod sys;
 pub mod tree;
 
 pub use error::CageError;
+pub use init::likely_available as namespaces_likely_available;
 pub use plan::{Network, PreparedStep, StepRequest};
 pub use report::Report;
 pub use resolve::SkippedPath;

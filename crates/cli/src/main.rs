@@ -1,11 +1,12 @@
 //! `nestbox`: the command line. Thin by design: parsing, wiring and printing; the decisions
 //! live in the library crates (policy, cage, net, exec).
 
+mod argv;
 mod docs_cmd;
 mod exec_cmd;
 mod gate_args;
-mod mcp;
 mod gateway_cmd;
+mod mcp;
 mod policy_cmd;
 mod probe_cmd;
 mod progress;

@@ -4,7 +4,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::Args;
-use nestbox_cage::{CageError, Outcome, PreparedStep, Report, StepRequest};
+use nestbox_cage::outfile::{Mode, open_output};
+use nestbox_cage::{CageError, Outcome, PreparedStep, Report, RunningStep, StepRequest};
 use nestbox_net::cell::{CellNetwork, CellOptions, GatewayOptions, UpstreamChoice};
 use nestbox_policy::{
     Access, NetEntry, NetMode, Origin, PathRule, Policy, check_env_name, load_file, units,
@@ -248,12 +249,34 @@ fn parse_user(spec: &str) -> Result<(u32, u32), String> {
     Ok((uid, gid))
 }
 
-fn write_report(target: &str, report: &Report) {
-    let json = serde_json::to_string_pretty(report).expect("report serializes");
-    if target == "-" {
-        eprintln!("{json}");
-    } else if let Err(e) = std::fs::write(target, json + "\n") {
-        say_error(format!("could not write the report to {target}: {e}"));
+/// Where the report goes: stderr, or a file opened before the step runs (so the step cannot
+/// swap it for a symlink or a FIFO first; see `nestbox_cage::outfile`).
+enum ReportTarget {
+    Stderr,
+    File(std::fs::File, String),
+}
+
+impl ReportTarget {
+    fn open(target: &str) -> Result<ReportTarget, CageError> {
+        if target == "-" {
+            return Ok(ReportTarget::Stderr);
+        }
+        let file = open_output(std::path::Path::new(target), Mode::Truncate)
+            .map_err(|e| CageError::Policy(format!("--report {target}: {e}")))?;
+        Ok(ReportTarget::File(file, target.to_string()))
+    }
+
+    fn write(self, report: &Report) {
+        let json = serde_json::to_string_pretty(report).expect("report serializes");
+        match self {
+            ReportTarget::Stderr => eprintln!("{json}"),
+            ReportTarget::File(mut file, name) => {
+                use std::io::Write;
+                if let Err(e) = file.write_all((json + "\n").as_bytes()) {
+                    say_error(format!("could not write the report to {name}: {e}"));
+                }
+            }
+        }
     }
 }
 
@@ -278,6 +301,11 @@ pub fn run(args: RunArgs) -> i32 {
 }
 
 fn run_inner(args: &RunArgs) -> Result<i32, CageError> {
+    // Proxy credentials given on the command line are readable by every process that can read
+    // ours in /proc: blank them in our own copy of the arguments.
+    for secret in [&args.upstream, &args.gateway].into_iter().flatten() {
+        crate::argv::blank_password(secret);
+    }
     let file = match &args.policy {
         Some(path) => Some(load_file(path).map_err(|e| CageError::Policy(e.to_string()))?),
         None => None,
@@ -290,9 +318,47 @@ fn run_inner(args: &RunArgs) -> Result<i32, CageError> {
         .map(parse_user)
         .transpose()
         .map_err(CageError::Policy)?;
-    let mut policy = policy;
+    let report_target = args.report.as_deref().map(ReportTarget::open).transpose()?;
     let caller_env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+
+    // First with the step's own namespaces; where they cannot be created, again without them
+    // if --best-effort says so (and the report and a note say what that costs).
+    let mut shared_namespaces = !nestbox_cage::namespaces_likely_available();
+    loop {
+        match attempt(args, &policy, user, &caller_env, shared_namespaces) {
+            Ok(running) => return Ok(finish(running, report_target)),
+            Err(CageError::NamespacesUnavailable(why)) if !shared_namespaces => {
+                if !args.best_effort {
+                    return Err(CageError::Unsupported(format!(
+                        "{why}. nestbox refuses to run the step without them (fail closed): it could see other processes' command lines, and processes it detaches could outlive a killed launcher. `--best-effort` runs it anyway and reports it"
+                    )));
+                }
+                say_error(format!("best effort: {why}; running without them"));
+                shared_namespaces = true;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Plans, prepares and starts the step once.
+fn attempt(
+    args: &RunArgs,
+    policy: &Policy,
+    user: Option<(u32, u32)>,
+    caller_env: &[(OsString, OsString)],
+    shared_namespaces: bool,
+) -> Result<Started, CageError> {
+    let mut policy = policy.clone();
     let gateway = gateway_options(args, &policy)?;
+    if shared_namespaces && policy.net.mode == NetMode::Netns {
+        return Err(CageError::NamespacesUnavailable(
+            "--net-mode netns needs the step's own namespaces, which cannot be created here; use --net-mode port".into(),
+        ));
+    }
+    if shared_namespaces {
+        policy.net.mode = NetMode::Port;
+    }
     let mut cell = if policy.net.wants_network() || gateway.is_some() {
         let upstream = if args.no_upstream {
             UpstreamChoice::None
@@ -304,7 +370,7 @@ fn run_inner(args: &RunArgs) -> Result<i32, CageError> {
         let opts = CellOptions {
             upstream,
             audit: args.audit.clone(),
-            caller_env: caller_env.clone(),
+            caller_env: caller_env.to_vec(),
             gateway,
         };
         let cell = CellNetwork::plan(&policy.net, &opts)?;
@@ -335,20 +401,26 @@ fn run_inner(args: &RunArgs) -> Result<i32, CageError> {
         policy,
         command: args.command.clone(),
         workdir: args.workdir.clone(),
-        caller_env,
+        caller_env: caller_env.to_vec(),
         best_effort: args.best_effort,
         keep_tmp: args.keep_tmp,
         user,
         network,
         extra_env,
-        shared_namespaces: false,
+        shared_namespaces,
     };
     let prepared = PreparedStep::prepare(request)?;
     let timeout = prepared.timeout;
-    if !prepared.report.dropped.is_empty() {
-        for d in &prepared.report.dropped {
-            say_error(format!("best effort: NOT enforced: {d}"));
-        }
+    for d in &prepared.report.dropped {
+        say_error(format!("best effort: NOT enforced: {d}"));
+    }
+    if prepared.report.processes == nestbox_cage::plan::SHARED_PIDS_NOTE {
+        say_error(format!("note: {}", prepared.report.processes));
+    }
+    if cell.as_ref().is_some_and(|c| c.mode() == NetMode::Port) && args.net_mode.is_none() {
+        say_error(
+            "note: port mode (the step's own network namespace cannot be created here): Landlock lets the step reach the relay's port only, but on any host; see the report",
+        );
     }
     let step_id = prepared.report.step_id.clone();
     let running = match cell.as_mut() {
@@ -358,13 +430,29 @@ fn run_inner(args: &RunArgs) -> Result<i32, CageError> {
         }
         None => prepared.spawn(None)?,
     };
+    Ok(Started {
+        running,
+        timeout,
+        _cell: cell,
+    })
+}
 
-    let (outcome, report) = running.wait();
-    describe_end(&outcome, timeout);
-    if let Some(target) = &args.report {
-        write_report(target, &report);
+/// A started step, with what must live as long as it does (its network cell holds the CA
+/// bundle the step reads, and the gateway registration).
+struct Started {
+    running: RunningStep,
+    timeout: Option<std::time::Duration>,
+    _cell: Option<CellNetwork>,
+}
+
+/// Waits for the step, says how it ended, writes the report; returns the exit status.
+fn finish(started: Started, report_target: Option<ReportTarget>) -> i32 {
+    let (outcome, report) = started.running.wait();
+    describe_end(&outcome, started.timeout);
+    if let Some(target) = report_target {
+        target.write(&report);
     }
-    Ok(outcome.status())
+    outcome.status()
 }
 
 #[cfg(test)]

@@ -168,7 +168,7 @@ fn proxy_env(port: u16) -> Vec<(String, OsString)> {
 /// Whether this process can create a network namespace (directly as root, or in a new user
 /// namespace), asked of the kernel in a throwaway child.
 pub fn netns_available() -> bool {
-    nestbox_cage::probe::can_create_netns()
+    nestbox_cage::namespaces_likely_available()
 }
 
 const PROXY_VARS: &[&str] = &[

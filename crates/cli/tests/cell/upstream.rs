@@ -112,3 +112,35 @@ fn upstream_credentials_never_reach_the_step() {
     assert_eq!(stdout(&out), "authorized\n0\n0\n0\n", "{}", stderr(&out));
     assert!(!stderr(&out).contains("s3cretpw"));
 }
+
+#[test]
+fn a_proxy_password_on_the_command_line_is_blanked_in_the_launchers_own_arguments() {
+    let s = Scratch::new();
+    let t = unique_sleep();
+    let mut launcher = s
+        .nestbox(
+            &[
+                "--allow",
+                "127.0.0.2:9",
+                "--upstream",
+                "http://agent:s3cretpw@127.0.0.1:9",
+            ],
+            &["/bin/sh", "-c", &format!("exec sleep {t}")],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    crate::eventually(Duration::from_secs(20), "the step", || {
+        processes_with(&format!("sleep {t}")).len() == 1
+    });
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", launcher.id())).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    launcher.kill().unwrap();
+    launcher.wait().unwrap();
+    assert!(
+        cmdline.contains("http://agent:********@127.0.0.1:9"),
+        "{cmdline}"
+    );
+    assert!(!cmdline.contains("s3cretpw"), "{cmdline}");
+}

@@ -173,5 +173,9 @@ pub fn processes_with(marker: &str) -> Vec<i32> {
 pub fn unique_sleep() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    format!("900.{}{:03}", std::process::id(), N.fetch_add(1, Ordering::SeqCst))
+    format!(
+        "900.{}{:03}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
 }

@@ -117,3 +117,41 @@ fn best_effort_runs_and_reports_exactly_what_was_dropped() {
         "{dropped:?}"
     );
 }
+
+#[test]
+fn where_its_namespaces_cannot_be_created_nestbox_refuses_unless_best_effort() {
+    // nestbox inside nestbox: the outer cage's filter refuses new namespaces, as a locked-down
+    // container would. The inner nestbox runs as nobody so the outer workdir is all it needs.
+    let s = Scratch::new();
+    let inner = s.path().join("nestbox");
+    std::fs::copy(nestbox_bin(), &inner).unwrap();
+    let inner = inner.to_str().unwrap();
+    let user = if is_root() {
+        vec!["--user", "65534"]
+    } else {
+        vec![]
+    };
+    let run_inner = |extra: &[&str]| {
+        let args: Vec<&str> = user.clone();
+        let mut cmd_args = vec![inner, "run"];
+        cmd_args.extend_from_slice(extra);
+        cmd_args.extend_from_slice(&["--", "/bin/sh", "-c", "echo ran"]);
+        output_within(&mut s.nestbox(&args, &cmd_args), Duration::from_secs(60))
+    };
+    let out = run_inner(&[]);
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("namespaces cannot be created here") && err.contains("--best-effort"),
+        "{err}"
+    );
+    assert!(!stdout(&out).contains("ran"));
+
+    let out = run_inner(&["--best-effort"]);
+    assert_eq!(stdout(&out).trim(), "ran", "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("best effort") && err.contains("shared PID namespace"),
+        "{err}"
+    );
+}

@@ -310,3 +310,33 @@ fn common_tools_work_in_the_default_cage() {
     );
     assert_eq!(stdout(&out).trim(), "ran", "{}", stderr(&out));
 }
+
+#[test]
+fn the_report_is_never_written_through_a_symlink_or_into_a_fifo() {
+    let s = Scratch::new();
+    let victim = s.path().join("victim");
+    std::fs::write(&victim, "keep me").unwrap();
+    // The repository the step runs ships `report.json -> victim`.
+    let planted = s.path().join("report.json");
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    let out = run(&s, &["--report", planted.to_str().unwrap()], &["/bin/true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(stderr(&out).contains("symlink"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+
+    let fifo = s.path().join("fifo.json");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo on a fresh path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let out = run(&s, &["--report", fifo.to_str().unwrap()], &["/bin/true"]);
+    assert_eq!(
+        out.status.code(),
+        Some(125),
+        "refused at once, never blocked"
+    );
+    assert!(
+        stderr(&out).contains("not a regular file"),
+        "{}",
+        stderr(&out)
+    );
+}
