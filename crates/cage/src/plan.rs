@@ -66,6 +66,9 @@ pub struct StepRequest {
     /// Run without the step's own PID, mount and network namespaces, even where they could be
     /// created (the launcher falls back to this when they cannot, and reports it).
     pub shared_namespaces: bool,
+    /// The step's id, when the caller made one up front (to start its relay early); otherwise
+    /// a fresh random one.
+    pub step_id: Option<String>,
 }
 
 /// Everything the child needs between fork and exec, allocated beforehand.
@@ -279,7 +282,7 @@ impl PreparedStep {
         }
         let (uid, gid) = req.user.unwrap_or((euid, egid));
 
-        let dir = StepDir::create(&req.caller_env, req.keep_tmp, req.user)?;
+        let dir = StepDir::create(&req.caller_env, req.keep_tmp, req.user, req.step_id.clone())?;
 
         // Landlock first: whether it is available decides what the report can promise.
         let negotiated = landlock::negotiate(landlock::kernel_abi(), req.best_effort)

@@ -37,6 +37,7 @@ impl StepDir {
         caller_env: &[(OsString, OsString)],
         keep: bool,
         user: Option<(u32, u32)>,
+        id: Option<String>,
     ) -> Result<StepDir, CageError> {
         let base = caller_env
             .iter()
@@ -44,7 +45,10 @@ impl StepDir {
             .map(|(_, v)| PathBuf::from(v))
             .filter(|p| p.is_absolute() && p.is_dir())
             .unwrap_or_else(|| PathBuf::from("/tmp"));
-        let id = new_step_id();
+        let id = match id {
+            Some(id) if !id.is_empty() && id.bytes().all(|b| b.is_ascii_alphanumeric()) => id,
+            _ => new_step_id(),
+        };
         let root = base.join(format!("nestbox-{id}"));
         let mut builder = std::fs::DirBuilder::new();
         builder.mode(0o700);

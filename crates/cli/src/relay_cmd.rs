@@ -35,7 +35,7 @@ use nestbox_policy::{NetEntry, NetPolicy, Origin, PRESETS, find_preset};
 #[derive(Debug, Args)]
 pub struct RelayArgs {
     /// Listen on this address (port 0 picks a free port; the address is printed on stderr).
-    #[arg(long, value_name = "ADDR", required_unless_present = "listen_fd")]
+    #[arg(long, value_name = "ADDR", required_unless_present_any = ["listen_fd", "control_fd"])]
     pub listen: Option<SocketAddr>,
     /// Serve an inherited, already listening TCP socket (made by the launcher, possibly inside
     /// the step's network namespace). It is never re-bound.
@@ -44,6 +44,10 @@ pub struct RelayArgs {
     /// Write one byte to this fd (then close it) once connections are accepted.
     #[arg(long, value_name = "N")]
     pub ready_fd: Option<RawFd>,
+    /// Started ahead of its step by `nestbox run`: configure, then receive the listener and the
+    /// step's pidfd over this socket, and answer one byte on it once accepting.
+    #[arg(long, value_name = "N", conflicts_with_all = ["listen", "listen_fd", "ready_fd"], hide = true)]
+    pub control_fd: Option<RawFd>,
     /// Exit when this fd becomes readable: the step's pidfd. Repeatable.
     #[arg(long = "watch-pidfd", value_name = "N")]
     pub watch_pidfd: Vec<RawFd>,
@@ -108,15 +112,77 @@ fn fail(message: &str) -> i32 {
 
 /// Runs `nestbox relay`; returns the process exit code.
 pub fn run(args: RelayArgs) -> i32 {
-    match configure(&args).and_then(|(listener, config, lifecycle)| {
+    let started = configure(&args).and_then(|(listener, config, mut lifecycle)| {
+        let listener = match (listener, args.control_fd) {
+            (Some(l), _) => l,
+            (None, Some(fd)) => {
+                // Configured (presets discovered) while the launcher prepared the step; now
+                // the step exists: take its listener and pidfd, answer on the same socket.
+                let control = inherited(fd, "--control-fd")?;
+                let (listener, step) = receive_step(&control)?;
+                lifecycle.watch.push(step);
+                lifecycle.ready = Some(control);
+                listener
+            }
+            (None, None) => return Err("give --listen ADDR or --listen-fd N".into()),
+        };
         serve(listener, config, lifecycle).map_err(|e| e.to_string())
-    }) {
+    });
+    match started {
         Ok(()) => 0,
         Err(message) => fail(&message),
     }
 }
 
-fn configure(args: &RelayArgs) -> Result<(TcpListener, RelayConfig, Lifecycle), String> {
+/// Receives `(listener, step pidfd)` from the launcher over the control socket.
+fn receive_step(control: &OwnedFd) -> Result<(TcpListener, OwnedFd), String> {
+    use std::os::fd::AsRawFd;
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut space = [0u64; 8];
+    // SAFETY: msghdr is plain data; recvmsg fills it and the buffers it points to.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = space.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&space);
+    // SAFETY: valid msghdr.
+    let n = unsafe { libc::recvmsg(control.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n <= 0 {
+        return Err("the launcher went away before its step started".into());
+    }
+    let mut fds = Vec::new();
+    // SAFETY: walking the control messages recvmsg filled.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if !cmsg.is_null()
+            && (*cmsg).cmsg_level == libc::SOL_SOCKET
+            && (*cmsg).cmsg_type == libc::SCM_RIGHTS
+        {
+            let count =
+                ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+            let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+            for i in 0..count {
+                fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+            }
+        }
+    }
+    if fds.len() != 2 {
+        return Err(format!(
+            "expected a listener and a pidfd from the launcher, got {} descriptors",
+            fds.len()
+        ));
+    }
+    let step = fds.pop().expect("two descriptors");
+    let listener = fds.pop().expect("two descriptors");
+    check_listening(listener.as_raw_fd())?;
+    Ok((TcpListener::from(listener), step))
+}
+
+fn configure(args: &RelayArgs) -> Result<(Option<TcpListener>, RelayConfig, Lifecycle), String> {
     let entries = |list: &[String], flag: &'static str| -> Vec<NetEntry> {
         list.iter()
             .map(|text| NetEntry {
@@ -158,9 +224,10 @@ fn configure(args: &RelayArgs) -> Result<(TcpListener, RelayConfig, Lifecycle), 
             if let Ok(bound) = l.local_addr() {
                 let _ = writeln!(std::io::stderr(), "nestbox relay: listening on {bound}");
             }
-            l
+            Some(l)
         }
-        (None, Some(fd)) => TcpListener::from(inherited(fd, "--listen-fd")?),
+        (None, Some(fd)) => Some(TcpListener::from(inherited(fd, "--listen-fd")?)),
+        (None, None) if args.control_fd.is_some() => None,
         (None, None) => return Err("give --listen ADDR or --listen-fd N".into()),
     };
     if let Some(fd) = args.listen_fd {

@@ -350,6 +350,7 @@ fn attempt(
     shared_namespaces: bool,
 ) -> Result<Started, CageError> {
     let mut policy = policy.clone();
+    let step_id = nestbox_cage::new_step_id();
     let gateway = gateway_options(args, &policy)?;
     if shared_namespaces && policy.net.mode == NetMode::Netns {
         return Err(CageError::NamespacesUnavailable(
@@ -373,7 +374,9 @@ fn attempt(
             caller_env: caller_env.to_vec(),
             gateway,
         };
-        let cell = CellNetwork::plan(&policy.net, &opts)?;
+        let mut cell = CellNetwork::plan(&policy.net, &opts)?;
+        // The relay starts now and configures itself while the step is prepared.
+        cell.start_relay_early(&step_id)?;
         for path in &cell.read_paths {
             policy.fs.push(
                 PathRule::parse(
@@ -408,6 +411,7 @@ fn attempt(
         network,
         extra_env,
         shared_namespaces,
+        step_id: Some(step_id),
     };
     let prepared = PreparedStep::prepare(request)?;
     let timeout = prepared.timeout;

@@ -106,6 +106,9 @@ pub struct CellNetwork {
     relay_env: Vec<(OsString, OsString)>,
     registration: Option<Registration>,
     bundle_dir: Option<PathBuf>,
+    /// A relay started ahead of the step ([`CellNetwork::start_relay_early`]): the socket that
+    /// will carry it the listener and the step's pidfd, and its stderr.
+    early: Option<(OwnedFd, OwnedFd)>,
 }
 
 impl Drop for CellNetwork {
@@ -376,6 +379,7 @@ impl CellNetwork {
             relay_env,
             registration,
             bundle_dir,
+            early: None,
         })
     }
 
@@ -386,30 +390,22 @@ impl CellNetwork {
 
     /// Starts the relay for the step `started` and waits until it accepts. Call it from the
     /// cage's `before_exec` hook: the step runs only once this returns `Ok`.
-    pub fn start_relay(&mut self, started: Started<'_>, step_id: &str) -> Result<(), CageError> {
+    /// Starts the relay before the step is prepared, so that its start-up (and preset
+    /// discovery, which asks pip and npm) overlaps the launcher's own preparation. The relay
+    /// configures itself, then waits for [`CellNetwork::start_relay`] to hand it the listener and
+    /// the step's pidfd. Optional: `start_relay` starts it itself when this was not called.
+    pub fn start_relay_early(&mut self, step_id: &str) -> Result<(), CageError> {
         if let Some(reg) = &mut self.registration {
             reg.set_step(step_id)
                 .map_err(|e| CageError::Setup(format!("gateway: {e}")))?;
         }
-        let listener: OwnedFd = match (started.listener, self.port_listener.take()) {
-            (Some(fd), _) => fd,
-            (None, Some(l)) => OwnedFd::from(l),
-            (None, None) => return Err(CageError::Setup("no relay listener was prepared".into())),
-        };
         let launcher = nestbox_cage::pidfd_open(std::process::id() as libc::pid_t)
             .map_err(|e| CageError::Setup(format!("pidfd of the launcher: {e}")))?;
-        let (ready_r, ready_w) = pipe()?;
+        let (ours, theirs) = seqpacket_pair()?;
         let (err_r, err_w) = pipe()?;
-
         let mut argv: Vec<CString> = vec![c"nestbox".into(), c"relay".into()];
-        for a in [
-            "--listen-fd=3",
-            "--ready-fd=4",
-            "--watch-pidfd=5",
-            "--watch-pidfd=6",
-        ] {
-            argv.push(cstring(a)?);
-        }
+        argv.push(cstring("--control-fd=3")?);
+        argv.push(cstring("--watch-pidfd=4")?);
         argv.push(cstring(&format!("--step-id={step_id}"))?);
         for a in &self.relay_args {
             argv.push(cstring(a)?);
@@ -428,27 +424,38 @@ impl CellNetwork {
             c"/proc/self/exe",
             &argv,
             &envp,
-            &[
-                listener.as_raw_fd(),
-                ready_w.as_raw_fd(),
-                launcher.as_raw_fd(),
-                started.pidfd.as_raw_fd(),
-            ],
+            &[theirs.as_raw_fd(), launcher.as_raw_fd()],
             Some(err_w.as_raw_fd()),
         )
         .map_err(|e| CageError::Setup(format!("starting the relay: {e}")))?;
-        drop(ready_w);
-        drop(err_w);
-        drop(listener);
+        self.early = Some((ours, err_r));
+        Ok(())
+    }
 
-        if wait_readable(&ready_r, READY_TIMEOUT) {
+    /// Hands the relay the step `started` (its listener and pidfd) and waits until it accepts.
+    /// Call it from the cage's `before_exec` hook: the step runs only once this returns `Ok`.
+    pub fn start_relay(&mut self, started: Started<'_>, step_id: &str) -> Result<(), CageError> {
+        if self.early.is_none() {
+            self.start_relay_early(step_id)?;
+        }
+        let (control, err_r) = self.early.take().expect("the relay was started");
+        let listener: OwnedFd = match (started.listener, self.port_listener.take()) {
+            (Some(fd), _) => fd,
+            (None, Some(l)) => OwnedFd::from(l),
+            (None, None) => return Err(CageError::Setup("no relay listener was prepared".into())),
+        };
+        let sent = send_fds(&control, &[listener.as_raw_fd(), started.pidfd.as_raw_fd()]);
+        drop(listener);
+        if sent && wait_readable(&control, READY_TIMEOUT) {
             let mut byte = [0u8; 1];
-            let mut f = std::fs::File::from(ready_r);
-            if f.read(&mut byte).unwrap_or(0) == 1 {
+            // SAFETY: one byte into a stack buffer.
+            let n = unsafe { libc::read(control.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
+            if n == 1 {
                 return Ok(());
             }
         }
         // The relay refused its configuration or died: say what it said.
+        drop(control);
         let mut message = String::new();
         let _ = std::fs::File::from(err_r).read_to_string(&mut message);
         let message = message.trim();
@@ -457,6 +464,53 @@ impl CellNetwork {
         } else {
             message.trim_start_matches("nestbox relay: ").to_string()
         }))
+    }
+}
+
+/// A connected pair of close-on-exec SOCK_SEQPACKET sockets.
+fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd), CageError> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair fills two descriptors we then own.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(CageError::Setup(format!(
+            "socketpair: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: fresh descriptors.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Sends `fds` in one SCM_RIGHTS message (with one byte of data).
+fn send_fds(sock: &OwnedFd, fds: &[std::os::fd::RawFd]) -> bool {
+    let mut byte = [b'S'];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let payload = std::mem::size_of_val(fds) as u32;
+    let mut space = [0u64; 8];
+    // SAFETY: msghdr is plain data; the control buffer is large enough for a few descriptors.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = space.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(payload) as usize;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(payload) as usize;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast(), fds.len());
+        libc::sendmsg(sock.as_raw_fd(), &msg, 0) == 1
     }
 }
 
