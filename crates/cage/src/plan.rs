@@ -169,24 +169,6 @@ fn access_rights(access: Access) -> u64 {
     }
 }
 
-fn seccomp_available() -> Result<(), String> {
-    let action: u32 = 0x0005_0000; // SECCOMP_RET_ERRNO
-    // SAFETY: SECCOMP_GET_ACTION_AVAIL reads a u32 from a valid pointer.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_GET_ACTION_AVAIL,
-            0u32,
-            &action as *const u32,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error().to_string())
-    }
-}
-
 /// The rlimits to set, and their report. `nproc_by_cgroup`: the process limit is enforced by a
 /// pids cgroup instead (root steps, which RLIMIT_NPROC does not bind).
 fn rlimits(
@@ -385,7 +367,7 @@ impl PreparedStep {
         let filter_options = seccomp::FilterOptions {
             deny_listen: !own_netns,
         };
-        let seccomp_ok = seccomp_available();
+        let seccomp_ok = seccomp::available();
         let filter = match seccomp_ok {
             Ok(()) => Some(seccomp::build(filter_options)),
             Err(e) if req.best_effort => {

@@ -143,25 +143,9 @@ pub fn probe() -> Probe {
             scopes: vec![],
         },
     };
-    let seccomp = {
-        let action: u32 = 0x0005_0000;
-        // SAFETY: SECCOMP_GET_ACTION_AVAIL reads a u32.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_GET_ACTION_AVAIL,
-                0u32,
-                &action as *const u32,
-            )
-        };
-        if r == 0 {
-            feature(true, "seccomp filters with SECCOMP_RET_ERRNO")
-        } else {
-            feature(
-                false,
-                format!("unavailable: {}", std::io::Error::last_os_error()),
-            )
-        }
+    let seccomp = match crate::seccomp::available() {
+        Ok(()) => feature(true, "seccomp filters with SECCOMP_RET_ERRNO"),
+        Err(e) => feature(false, format!("unavailable: {e}")),
     };
     let userns = in_child(userns_child).unwrap_or(false);
     let netns = in_child(netns_child).unwrap_or(false);

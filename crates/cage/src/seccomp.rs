@@ -551,6 +551,26 @@ pub fn summary(options: FilterOptions, program_len: usize) -> FilterSummary {
     }
 }
 
+/// Whether seccomp filters that answer with an errno can be installed here (asked of the kernel
+/// with `SECCOMP_GET_ACTION_AVAIL`, the same call path the install takes).
+pub fn available() -> Result<(), String> {
+    let action: u32 = RET_ERRNO;
+    // SAFETY: SECCOMP_GET_ACTION_AVAIL reads a u32 from a valid pointer.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_GET_ACTION_AVAIL,
+            0u32,
+            &action as *const u32,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().to_string())
+    }
+}
+
 /// Installs `program` on the calling thread. Meant for the child between fork and exec:
 /// no allocation. Requires no_new_privs (set just before).
 ///

@@ -325,8 +325,8 @@ pub struct RunResult {
     /// When the backend was asked to start it.
     #[serde(with = "unix_seconds")]
     pub started_at: SystemTime,
-    /// Wall-clock time from the request to the end of the output.
-    #[serde(with = "duration_millis")]
+    /// Wall-clock time from the request to the end of the output (`duration_ms` in JSON).
+    #[serde(with = "duration_millis", rename = "duration_ms")]
     pub duration: Duration,
     /// True when the timeout ended it (its whole process tree was killed).
     pub timed_out: bool,

@@ -96,6 +96,7 @@
 #![warn(missing_docs)]
 
 pub mod audit;
+mod base64;
 pub mod cell;
 mod config;
 pub mod gateway;

@@ -62,7 +62,7 @@ impl Upstream {
                 let (user, pass) = info.split_once(':').unwrap_or((info, ""));
                 let user = percent_decode(user).ok_or_else(|| err("bad %-escape in user"))?;
                 let pass = percent_decode(pass).ok_or_else(|| err("bad %-escape in password"))?;
-                let token = base64(format!("{user}:{pass}").as_bytes());
+                let token = crate::base64::encode(format!("{user}:{pass}").as_bytes());
                 (Some(user), Some(format!("Basic {token}")))
             }
         };
@@ -154,28 +154,6 @@ fn percent_decode(text: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
-}
-
-/// Standard base64 with padding (RFC 4648), for Basic credentials.
-fn base64(data: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// Destinations that bypass the upstream, read from `NO_PROXY` the way curl reads it: `*` means
@@ -340,7 +318,7 @@ mod tests {
             ("fooba", "Zm9vYmE="),
             ("foobar", "Zm9vYmFy"),
         ] {
-            assert_eq!(base64(i.as_bytes()), o);
+            assert_eq!(crate::base64::encode(i.as_bytes()), o);
         }
     }
 

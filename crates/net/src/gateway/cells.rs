@@ -85,7 +85,7 @@ pub fn token_from_header(value: &str) -> Option<String> {
     if !scheme.eq_ignore_ascii_case("basic") {
         return None;
     }
-    let decoded = super::base64::decode(rest.trim().as_bytes())?;
+    let decoded = crate::base64::decode(rest.trim().as_bytes())?;
     let text = String::from_utf8(decoded).ok()?;
     let token = text.strip_prefix("cell:")?;
     (!token.is_empty()).then(|| token.to_string())
@@ -113,9 +113,9 @@ mod tests {
 
     #[test]
     fn tokens_are_read_from_basic_credentials() {
-        let v = format!("Basic {}", super::super::base64::encode(b"cell:abc"));
+        let v = format!("Basic {}", crate::base64::encode(b"cell:abc"));
         assert_eq!(token_from_header(&v).as_deref(), Some("abc"));
-        let v = format!("Basic {}", super::super::base64::encode(b"user:abc"));
+        let v = format!("Basic {}", crate::base64::encode(b"user:abc"));
         assert_eq!(token_from_header(&v), None);
         assert_eq!(token_from_header("Bearer abc"), None);
         assert_eq!(token_from_header("Basic !!!"), None);

@@ -4,7 +4,7 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use nestbox_policy::Host;
 use nestbox_policy::gateway::TlsMode;
@@ -307,27 +307,5 @@ pub(crate) async fn dial(
 /// Answers with `refusal` and closes gently (as the relay does).
 pub(crate) async fn refuse(client: &TcpStream, mut rec: ConnRecord, refusal: Refusal) {
     rec.refused(&refusal);
-    let answer = refusal.response();
-    let sent = timeout(Duration::from_secs(2), splice::send_all(client, &answer)).await;
-    drop(rec);
-    if !matches!(sent, Ok(Ok(()))) {
-        return;
-    }
-    splice::shutdown_write(client);
-    let drain = async {
-        let mut scratch = [0u8; 1024];
-        let mut budget = 64 * 1024usize;
-        while budget > 0 {
-            if client.readable().await.is_err() {
-                return;
-            }
-            match client.try_read(&mut scratch) {
-                Ok(0) => return,
-                Ok(n) => budget = budget.saturating_sub(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return,
-            }
-        }
-    };
-    let _ = timeout(Duration::from_secs(1), drain).await;
+    splice::answer_then_close(client, &refusal.response(), 64 * 1024, || drop(rec)).await;
 }

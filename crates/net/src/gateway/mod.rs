@@ -6,7 +6,6 @@
 //! thread serving the control socket and reloading the policy on `SIGHUP` and on file change.
 
 mod audit;
-mod base64;
 mod ca;
 mod cells;
 mod conn;

@@ -185,11 +185,11 @@ pub fn rewrite_header<E>(
     resolve: &mut dyn FnMut(&str) -> Result<Vec<u8>, E>,
 ) -> Result<Option<Vec<u8>>, E> {
     if let Some(rest) = strip_basic(value)
-        && let Some(decoded) = super::base64::decode(rest)
+        && let Some(decoded) = crate::base64::decode(rest)
         && let Some(inner) = rewrite(&decoded, forms, Place::Header, resolve)?
     {
         let mut out = value[..value.len() - rest.len()].to_vec();
-        out.extend_from_slice(super::base64::encode(&inner).as_bytes());
+        out.extend_from_slice(crate::base64::encode(&inner).as_bytes());
         return Ok(Some(out));
     }
     rewrite(value, forms, Place::Header, resolve)
@@ -199,7 +199,7 @@ pub fn rewrite_header<E>(
 pub fn names_in_header(value: &[u8], forms: Forms) -> Vec<String> {
     let mut names: Vec<String> = find_all(value, forms).into_iter().map(|f| f.name).collect();
     if let Some(rest) = strip_basic(value)
-        && let Some(decoded) = super::base64::decode(rest)
+        && let Some(decoded) = crate::base64::decode(rest)
     {
         names.extend(find_all(&decoded, forms).into_iter().map(|f| f.name));
     }
@@ -325,13 +325,13 @@ mod tests {
 
     #[test]
     fn basic_credentials_are_decoded_rewritten_and_encoded() {
-        let user_ph = super::super::base64::encode(b"user:nestbox:resolve:env:KEY");
+        let user_ph = crate::base64::encode(b"user:nestbox:resolve:env:KEY");
         let value = format!("Basic {user_ph}");
         assert_eq!(names_in_header(value.as_bytes(), N), ["KEY"]);
         let out = rewrite_header(value.as_bytes(), N, &mut secret)
             .unwrap()
             .unwrap();
-        let expected = format!("Basic {}", super::super::base64::encode(b"user:s3cr3t/+="));
+        let expected = format!("Basic {}", crate::base64::encode(b"user:s3cr3t/+="));
         assert_eq!(out, expected.as_bytes());
     }
 

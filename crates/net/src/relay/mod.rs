@@ -392,28 +392,5 @@ async fn handle(client: TcpStream, _peer: SocketAddr, shared: Rc<Shared>) {
 /// for a moment so the close does not turn into a reset that destroys the answer in flight.
 async fn refuse(client: &TcpStream, mut entry: Entry<'_>, refusal: Refusal) {
     entry.refused(&refusal);
-    // a client that does not read its answer does not get to hold the connection open
-    let answer = refusal.response();
-    let sent = timeout(Duration::from_secs(2), splice::send_all(client, &answer)).await;
-    drop(entry); // the decision is logged now, not after the goodbye below
-    if !matches!(sent, Ok(Ok(()))) {
-        return;
-    }
-    splice::shutdown_write(client);
-    let drain = async {
-        let mut scratch = [0u8; 1024];
-        let mut budget = 256 * 1024usize;
-        while budget > 0 {
-            if client.readable().await.is_err() {
-                return;
-            }
-            match client.try_read(&mut scratch) {
-                Ok(0) => return,
-                Ok(n) => budget = budget.saturating_sub(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return,
-            }
-        }
-    };
-    let _ = timeout(Duration::from_secs(1), drain).await;
+    splice::answer_then_close(client, &refusal.response(), 256 * 1024, || drop(entry)).await;
 }

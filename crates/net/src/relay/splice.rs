@@ -183,3 +183,39 @@ pub(crate) async fn send_all(stream: &TcpStream, mut bytes: &[u8]) -> io::Result
     }
     Ok(())
 }
+
+/// Sends a refusal's `answer`, then closes gently: half-close, and read (and drop) up to
+/// `drain_budget` bytes the client still sends, for at most a second, so the close does not turn
+/// into a reset that destroys the answer in flight. `sent` runs as soon as the answer is out (or
+/// failed): the decision is logged then, not after the goodbye.
+pub(crate) async fn answer_then_close(
+    client: &TcpStream,
+    answer: &[u8],
+    drain_budget: usize,
+    sent: impl FnOnce(),
+) {
+    use tokio::time::timeout;
+    // a client that does not read its answer does not get to hold the connection open
+    let delivered = timeout(Duration::from_secs(2), send_all(client, answer)).await;
+    sent();
+    if !matches!(delivered, Ok(Ok(()))) {
+        return;
+    }
+    shutdown_write(client);
+    let drain = async {
+        let mut scratch = [0u8; 1024];
+        let mut budget = drain_budget;
+        while budget > 0 {
+            if client.readable().await.is_err() {
+                return;
+            }
+            match client.try_read(&mut scratch) {
+                Ok(0) => return,
+                Ok(n) => budget = budget.saturating_sub(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+    };
+    let _ = timeout(Duration::from_secs(1), drain).await;
+}
