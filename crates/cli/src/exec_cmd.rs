@@ -93,6 +93,14 @@ pub(crate) struct ExecFlags {
     /// A container just for this call, removed afterwards (docker; default: reuse a warm one).
     #[arg(long, help_heading = "Docker and Apptainer")]
     no_reuse: bool,
+    /// Let the container reach HOST through a relay (docker; repeatable; relay allowlist
+    /// syntax). Without it the container has no network at all.
+    #[arg(
+        long = "allow-host",
+        value_name = "HOST[:PORT]",
+        help_heading = "Docker and Apptainer"
+    )]
+    allow_hosts: Vec<String>,
 
     /// Host to run on (ssh).
     #[arg(long, value_name = "HOST", help_heading = "SSH")]
@@ -272,6 +280,7 @@ pub(crate) fn config_from_flags(a: &ExecFlags) -> Result<ExecConfig, ExecError> 
                 cpus: a.cpus,
                 read_only_rootfs: a.read_only,
                 mounts: a.mounts.clone(),
+                allow_hosts: a.allow_hosts.clone(),
                 reuse: !a.no_reuse,
                 ..DockerConfig::default()
             };

@@ -169,8 +169,13 @@ pub struct DockerConfig {
     /// `./`, `../` or a drive letter is a host path; anything else names a volume (whose
     /// driver options are inspected too: see the host exposure rules).
     pub mounts: Vec<String>,
-    /// Hosts the container may reach. Empty: no network at all (`NetworkMode: none`).
+    /// Hosts the container may reach through its relay (relay allowlist syntax: `host`,
+    /// `*.suffix`, an IP or CIDR, optional `:port`). Empty: no network at all
+    /// (`NetworkMode: none` either way; the relay is the only way out).
     pub allow_hosts: Vec<String>,
+    /// The `nestbox` executable that serves as the container's relay. Default: this program
+    /// when it is `nestbox`, else `nestbox` on `PATH`.
+    pub relay_program: Option<PathBuf>,
     /// Keep the container for the next command (found again by its labels) until it has been
     /// idle for `idle_ttl`. False: one container per backend, removed on close.
     pub reuse: bool,
@@ -195,6 +200,7 @@ impl Default for DockerConfig {
             read_only_rootfs: false,
             mounts: Vec::new(),
             allow_hosts: Vec::new(),
+            relay_program: None,
             reuse: true,
             idle_ttl: Duration::from_secs(600),
             job_tmpfs_size: 256 << 20,

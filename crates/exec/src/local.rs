@@ -51,15 +51,19 @@ pub struct LocalBackend {
 }
 
 /// Finds the `nestbox` executable: the configured one, this program when it is `nestbox`, or
-/// `nestbox` on `PATH`.
-fn find_launcher(config: &LocalConfig) -> Result<PathBuf> {
-    if let Some(p) = &config.launcher {
+/// `nestbox` on `PATH`. The local backend launches caged steps with it; the Docker backend its
+/// containers' relays.
+pub(crate) fn find_nestbox(
+    configured: Option<&std::path::Path>,
+    backend: BackendKind,
+) -> Result<PathBuf> {
+    if let Some(p) = configured {
         return if p.is_file() {
-            Ok(p.clone())
+            Ok(p.to_path_buf())
         } else {
             Err(ExecError::Unavailable {
-                backend: BackendKind::Local,
-                reason: format!("the launcher {} does not exist", p.display()),
+                backend,
+                reason: format!("the nestbox executable {} does not exist", p.display()),
                 hint: Some("set launcher to the path of the nestbox executable".into()),
             })
         };
@@ -74,8 +78,8 @@ fn find_launcher(config: &LocalConfig) -> Result<PathBuf> {
         .map(|d| d.join("nestbox"))
         .find(|p| p.is_file())
         .ok_or_else(|| ExecError::Unavailable {
-            backend: BackendKind::Local,
-            reason: "no nestbox executable to launch caged steps with".into(),
+            backend,
+            reason: "no nestbox executable (to launch caged steps, or a relay) found".into(),
             hint: Some(
                 "install nestbox on PATH, or set launcher in the local configuration".into(),
             ),
@@ -85,7 +89,7 @@ fn find_launcher(config: &LocalConfig) -> Result<PathBuf> {
 impl LocalBackend {
     /// Builds the backend (finds the launcher; nothing runs yet).
     pub(crate) fn new(config: &LocalConfig, ctx: Context) -> Result<Self> {
-        let launcher = find_launcher(config)?;
+        let launcher = find_nestbox(config.launcher.as_deref(), BackendKind::Local)?;
         let workdir = match &config.workdir {
             Some(w) => w.clone(),
             None => std::env::current_dir()

@@ -21,13 +21,12 @@
 //! **Commands** go through the [supervisor](crate::supervisor) in an exec (see [`exec`]):
 //! timeouts and kills are carried out inside the container, on the command's whole tree.
 //!
-//! **Network.** Only `NetworkMode: none` is implemented. Egress through the step's relay
-//! (`allow_hosts`) is *not yet* done and is refused: the plan is a relay listener created
-//! inside the container's network namespace (`setns` into `/proc/<pid>/ns/net` of the
-//! container's init, by root on the host, the way the cage's netns mode hands a listener to
-//! its relay) with `HTTPS_PROXY` pointing at it. Until that exists, asking for hosts is an
-//! error, never a silently open network.
+//! **Network.** Always `NetworkMode: none`. With `allow_hosts`, the container's only way out
+//! is a relay whose listener is created inside its network namespace (see [`egress`]); its
+//! commands get `HTTPS_PROXY` and friends. Where that cannot be done (nestbox not root beside
+//! a rootful engine), asking for hosts is an error, never a silently open network.
 
+mod egress;
 pub mod exec;
 pub mod exposure;
 pub mod lease;
@@ -81,6 +80,8 @@ pub struct DockerBackend {
     prepared: Option<Prepared>,
     lease: Mutex<Option<Lease>>,
     descriptor: Descriptor,
+    /// The container's relay, when hosts are allowed.
+    relay: Option<egress::ContainerRelay>,
 }
 
 #[derive(Clone)]
@@ -246,6 +247,7 @@ impl DockerBackend {
             prepared: None,
             lease: Mutex::new(None),
             descriptor,
+            relay: None,
         })
     }
 
@@ -531,12 +533,6 @@ impl DockerBackend {
         if self.prepared.is_some() {
             return Ok(());
         }
-        if !self.config.allow_hosts.is_empty() {
-            return Err(ExecError::Unsupported {
-                backend: BackendKind::Docker,
-                what: "allow_hosts: egress through the relay is not implemented for containers yet; the container would have no network (NetworkMode none). Remove allow_hosts, or use the local backend, whose cage has the relay".into(),
-            });
-        }
         let image = match self.docker.inspect_image(&self.config.image).await {
             Ok(i) => i,
             Err(e) if is_not_found(&e) => {
@@ -607,8 +603,25 @@ impl DockerBackend {
             self.create_container(&user, &workdir, &key).await?
         };
         self.descriptor.host_exposure = self.exposure_of(&container, &name).await?;
+        if !self.config.allow_hosts.is_empty() {
+            let program = crate::local::find_nestbox(
+                self.config.relay_program.as_deref(),
+                BackendKind::Docker,
+            )?;
+            let relay =
+                egress::start(&self.docker, &container, &self.config.allow_hosts, &program).await?;
+            self.relay = Some(relay);
+        }
+        let network = match &self.relay {
+            Some(r) => format!(
+                "; network: its relay on 127.0.0.1:{} inside, allowing {}",
+                r.port,
+                self.config.allow_hosts.join(", ")
+            ),
+            None => "; no network".into(),
+        };
         self.descriptor.target = format!(
-            "container {name} ({}) via {}",
+            "container {name} ({}) via {}{network}",
             self.config.image, self.socket
         );
         *self.lease.lock().expect("lease lock") = Some(lease);
@@ -619,6 +632,16 @@ impl DockerBackend {
             workdir,
         });
         Ok(())
+    }
+
+    /// The command's environment, plus the proxy variables of the container's relay (which win:
+    /// the relay is the only way out).
+    fn with_relay_env(&self, env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        let mut env = env.clone();
+        if let Some(relay) = &self.relay {
+            env.extend(relay.env());
+        }
+        env
     }
 
     fn job_id(&self, token: &str) -> Result<JobId> {
@@ -705,8 +728,9 @@ impl DockerBackend {
         let on_deadline = async {
             let _ = jobs.kill(&job, &dir).await;
         };
+        let env = self.with_relay_env(&cmd.env);
         let (code, deadline_hit) = target
-            .call_streaming(&args, &cmd.env, &mut out, &mut err, deadline, on_deadline)
+            .call_streaming(&args, &env, &mut out, &mut err, deadline, on_deadline)
             .await?;
         let stdout = out.finish();
         let stderr = err.finish();
@@ -737,6 +761,7 @@ impl DockerBackend {
         let token = random_token(8);
         let mut cmd = cmd.clone();
         cmd.workdir = Some(cmd.workdir.unwrap_or_else(|| p.workdir.clone()));
+        cmd.env = self.with_relay_env(&cmd.env);
         let transport = DockerTransport {
             target: self.target()?,
         };

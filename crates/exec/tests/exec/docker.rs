@@ -333,12 +333,17 @@ pub async fn bad_input_gives_typed_errors(engine: Engine) {
         .expect("an absent image must fail");
     assert!(matches!(e, ExecError::ImageNotFound { .. }), "{e}");
 
-    let (config, _s3) = docker_config(engine, |d| d.allow_hosts = vec!["example.org".into()]);
+    // A malformed host for the container's relay: refused with the relay's own reason.
+    let (config, _s3) = docker_config(engine, |d| {
+        d.allow_hosts = vec!["not a host!".into()];
+        d.relay_program = Some(nestbox_bin());
+    });
     let e = open(&config)
         .await
         .err()
-        .expect("hosts are refused until the relay is wired");
-    assert!(matches!(e, ExecError::Unsupported { .. }), "{e}");
+        .expect("a bad allow entry must fail");
+    assert!(matches!(e, ExecError::Unavailable { .. }), "{e}");
+    assert!(e.to_string().contains("--allow"), "{e}");
 }
 
 pub async fn large_output_is_bounded_and_spilled_whole(engine: Engine) {
@@ -580,6 +585,51 @@ pub async fn read_only_root_still_runs_jobs(engine: Engine) {
     backend.close().await.unwrap();
 }
 
+pub async fn allowed_hosts_are_reached_through_the_relay_and_nothing_else(engine: Engine) {
+    use nestbox_testkit::http::{Body, HttpServer};
+    let allowed = HttpServer::start("127.0.0.2:0", Body::Text("through the relay".into()));
+    let other = HttpServer::start("127.0.0.3:0", Body::Text("must not be reached".into()));
+    let (config, _s) = docker_config(engine, |d| {
+        d.allow_hosts = vec![format!("127.0.0.2:{}", allowed.port())];
+        d.relay_program = Some(nestbox_bin());
+    });
+    let mut backend = open(&config).await.unwrap();
+    let fetch = |url: String, extra: &'static str| {
+        CommandSpec::new([
+            "sh",
+            "-c",
+            &format!("wget {extra} -q -O - {url} 2>&1; true"),
+        ])
+    };
+    let r = backend.run(&fetch(allowed.url(), "")).await.unwrap();
+    assert_eq!(r.stdout.text(), "through the relay", "{}", r.stderr.text());
+    // Not on the list: the relay's refusal.
+    let r = backend.run(&fetch(other.url(), "")).await.unwrap();
+    assert!(r.stdout.text().contains("403"), "{}", r.stdout.text());
+    // Around the proxy: the container's namespace holds only lo.
+    let r = backend.run(&fetch(allowed.url(), "-Y off")).await.unwrap();
+    assert!(
+        r.stdout.text().contains("can't connect"),
+        "{}",
+        r.stdout.text()
+    );
+    assert_eq!(other.requests(), 0);
+    assert_eq!(allowed.requests(), 1);
+    backend.close().await.unwrap();
+
+    // Control: without allow_hosts the same container has no network and no proxy.
+    let (config, _s) = docker_config(engine, |_| {});
+    let mut backend = open(&config).await.unwrap();
+    let r = backend.run(&fetch(allowed.url(), "")).await.unwrap();
+    assert!(
+        r.stdout.text().contains("can't connect"),
+        "{}",
+        r.stdout.text()
+    );
+    backend.close().await.unwrap();
+    assert_eq!(allowed.requests(), 1);
+}
+
 macro_rules! engine_tests {
     ($module:ident, $engine:expr) => {
         mod $module {
@@ -620,6 +670,10 @@ macro_rules! engine_tests {
             #[tokio::test]
             async fn containers_are_reused_leased_and_reaped() {
                 super::containers_are_reused_leased_and_reaped($engine).await
+            }
+            #[tokio::test]
+            async fn allowed_hosts_are_reached_through_the_relay_and_nothing_else() {
+                super::allowed_hosts_are_reached_through_the_relay_and_nothing_else($engine).await
             }
             #[tokio::test]
             async fn read_only_root_still_runs_jobs() {
