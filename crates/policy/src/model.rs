@@ -265,3 +265,49 @@ impl Policy {
         self.fs.iter().filter(move |r| r.access == access)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn rules(paths: &[String], access: Access, origin: Origin) -> Vec<PathRule> {
+        paths
+            .iter()
+            .map(|p| PathRule::parse(p, access, origin.clone()).unwrap())
+            .collect()
+    }
+
+    proptest! {
+        /// The effective policy holds every entry of the default, the file and the flags, in
+        /// that order, and scalar settings from the flags win over the file's.
+        #[test]
+        fn effective_policy_keeps_every_entry_in_order(
+            file_paths in proptest::collection::vec("/[a-z]{1,8}", 0..5),
+            flag_paths in proptest::collection::vec("/[a-z]{1,8}", 0..5),
+            file_timeout in proptest::option::of(1u64..1000),
+            flag_timeout in proptest::option::of(1u64..1000),
+            none_base in any::<bool>(),
+        ) {
+            let file = Policy {
+                base: if none_base { Base::None } else { Base::Default },
+                fs: rules(&file_paths, Access::Read, Origin::File { file: "p.toml".into(), line: 1, column: 1 }),
+                limits: Limits { timeout: file_timeout.map(Duration::from_secs), ..Limits::default() },
+                ..Policy::default()
+            };
+            let flags = Policy {
+                fs: rules(&flag_paths, Access::Write, Origin::Flag("--write")),
+                limits: Limits { timeout: flag_timeout.map(Duration::from_secs), ..Limits::default() },
+                ..Policy::default()
+            };
+            let eff = Policy::effective(Some(file), flags);
+            let defaults = if none_base { 0 } else { crate::default_policy().fs.len() };
+            prop_assert_eq!(eff.fs.len(), defaults + file_paths.len() + flag_paths.len());
+            let tail: Vec<&str> = eff.fs[defaults..].iter().map(|r| r.path.as_str()).collect();
+            let expected: Vec<&str> = file_paths.iter().chain(&flag_paths).map(String::as_str).collect();
+            prop_assert_eq!(tail, expected);
+            prop_assert_eq!(eff.limits.timeout, flag_timeout.or(file_timeout).map(Duration::from_secs));
+            prop_assert_eq!(eff.base, if none_base { Base::None } else { Base::Default });
+        }
+    }
+}
