@@ -44,8 +44,7 @@ enum Command {
     /// Example: nestbox run -- pytest -q
     Run(Box<run_cmd::RunArgs>),
     /// Run a command on a backend (local cage, Docker/Podman, SSH, Apptainer, Slurm, Modal,
-    /// Daytona) and get the same
-    /// typed result everywhere; long jobs in the background.
+    /// Daytona) and get the same typed result everywhere; long jobs in the background.
     ///
     /// Example: nestbox exec --backend docker --image localhost/busybox -- sh -c 'make test'
     Exec(exec_cmd::ExecArgs),
