@@ -94,3 +94,60 @@ pub fn unique_seconds() -> u64 {
 pub fn secret_value() -> String {
     format!("nb-secret-{}", nestbox_exec::job::random_token(8))
 }
+
+/// Asserts that none of the `count` markers `sleep n`, `sleep n+1`, ... is still running on this
+/// host within `limit`; `failure` heads the message that lists the leftovers.
+pub fn assert_sleeps_gone(n: u64, count: u64, limit: Duration, failure: &str) {
+    for k in 0..count {
+        let left = wait_until_gone(&format!("sleep {}", n + k), limit);
+        assert!(left.is_empty(), "{failure}: {left:?}");
+    }
+}
+
+/// Runs a tree built to outlive a naive kill (a background child, a `setsid` escapee and a child
+/// that ignores SIGTERM) under `timeout`, and asserts the timeout is reported and ends all three;
+/// `failure` heads the message that lists the leftovers.
+pub async fn assert_timeout_kills_stubborn_tree(
+    backend: &dyn nestbox_exec::Backend,
+    timeout: Duration,
+    failure: &str,
+) {
+    let n = unique_seconds();
+    let script = format!(
+        "sleep {n} & setsid sleep {} & (trap '' TERM; exec sleep {}) & echo started; wait",
+        n + 1,
+        n + 2
+    );
+    let r = backend
+        .run(&nestbox_exec::CommandSpec::new(["sh", "-c", &script]).timeout(timeout))
+        .await
+        .unwrap();
+    assert!(r.timed_out, "{r:?}");
+    assert_eq!(r.exit_code, Some(124));
+    assert_eq!(r.stdout.text(), "started\n");
+    assert_sleeps_gone(n, 3, Duration::from_secs(5), failure);
+}
+
+/// Tails `stream` of `job` by offsets, `piece` bytes per read, until exactly `want` has arrived
+/// (or 50 reads `pause` apart have passed); returns what was read.
+pub async fn tail_until(
+    backend: &dyn nestbox_exec::Backend,
+    job: &nestbox_exec::JobId,
+    stream: nestbox_exec::Stream,
+    want: &[u8],
+    piece: usize,
+    pause: Duration,
+) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut offset = 0;
+    for _ in 0..50 {
+        let chunk = backend.read(job, stream, offset, piece).await.unwrap();
+        got.extend_from_slice(&chunk.data);
+        offset = chunk.next_offset;
+        if got == want {
+            break;
+        }
+        tokio::time::sleep(pause).await;
+    }
+    got
+}

@@ -158,23 +158,12 @@ async fn daytona_timeout_kills_the_whole_tree_inside_the_sandbox() {
     let fake = FakeDaytona::start("k").await;
     let (config, _s, _k) = daytona_config(&fake, "k", |_| {});
     let backend = open(&config).await.unwrap();
-    let n = unique_seconds();
-    let script = format!(
-        "sleep {n} & setsid sleep {} & (trap '' TERM; exec sleep {}) & echo started; wait",
-        n + 1,
-        n + 2
-    );
-    let r = backend
-        .run(&CommandSpec::new(["sh", "-c", &script]).timeout(Duration::from_secs(1)))
-        .await
-        .unwrap();
-    assert!(r.timed_out, "{r:?}");
-    assert_eq!(r.exit_code, Some(124));
-    assert_eq!(r.stdout.text(), "started\n");
-    for k in 0..3 {
-        let left = wait_until_gone(&format!("sleep {}", n + k), Duration::from_secs(5));
-        assert!(left.is_empty(), "left in the sandbox: {left:?}");
-    }
+    assert_timeout_kills_stubborn_tree(
+        backend.as_ref(),
+        Duration::from_secs(1),
+        "left in the sandbox",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -228,10 +217,7 @@ async fn daytona_background_jobs_are_polled_read_waited_for_and_killed_from_anot
         matches!(k.state, JobState::Finished { killed: true, .. }),
         "{k:?}"
     );
-    for i in 0..2 {
-        let left = wait_until_gone(&format!("sleep {}", n + i), Duration::from_secs(5));
-        assert!(left.is_empty(), "survived the kill: {left:?}");
-    }
+    assert_sleeps_gone(n, 2, Duration::from_secs(5), "survived the kill");
     other.forget(&job).await.unwrap();
     assert!(matches!(
         other.poll(&job).await,

@@ -213,17 +213,15 @@ pub async fn background_job_polls_tails_waits_and_is_killed_with_its_tree(engine
         .spawn(&CommandSpec::new(["sh", "-c", &script]))
         .await
         .unwrap();
-    let mut got = Vec::new();
-    let mut offset = 0;
-    for _ in 0..50 {
-        let chunk = backend.read(&job, Stream::Stdout, offset, 2).await.unwrap();
-        got.extend_from_slice(&chunk.data);
-        offset = chunk.next_offset;
-        if got == b"one\n" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let got = tail_until(
+        backend.as_ref(),
+        &job,
+        Stream::Stdout,
+        b"one\n",
+        2,
+        Duration::from_millis(50),
+    )
+    .await;
     assert_eq!(got, b"one\n");
     assert_eq!(backend.poll(&job).await.unwrap().state, JobState::Running);
     let still = backend

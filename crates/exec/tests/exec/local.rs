@@ -107,10 +107,7 @@ async fn local_timeout_kills_the_whole_step_tree() {
         .unwrap();
     assert!(r.timed_out, "{r:?}");
     assert_eq!(r.stdout.text(), "started\n");
-    for marker in [format!("sleep {n}"), format!("sleep {}", n + 1)] {
-        let left = wait_until_gone(&marker, Duration::from_secs(3));
-        assert!(left.is_empty(), "still running: {left:?}");
-    }
+    assert_sleeps_gone(n, 2, Duration::from_secs(3), "still running");
 }
 
 #[tokio::test]
@@ -126,17 +123,15 @@ async fn local_background_job_can_be_polled_tailed_and_killed() {
         .spawn(&CommandSpec::new(["sh", "-c", &script]))
         .await
         .unwrap();
-    let mut got = Vec::new();
-    let mut offset = 0;
-    for _ in 0..50 {
-        let chunk = backend.read(&job, Stream::Stdout, offset, 3).await.unwrap();
-        got.extend_from_slice(&chunk.data);
-        offset = chunk.next_offset;
-        if got == b"one\n" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let got = tail_until(
+        backend.as_ref(),
+        &job,
+        Stream::Stdout,
+        b"one\n",
+        3,
+        Duration::from_millis(100),
+    )
+    .await;
     assert_eq!(got, b"one\n", "tail by offsets in pieces of 3 bytes");
     let status = backend.poll(&job).await.unwrap();
     assert_eq!(status.state, JobState::Running);
@@ -145,10 +140,7 @@ async fn local_background_job_can_be_polled_tailed_and_killed() {
         matches!(killed.state, JobState::Finished { killed: true, .. }),
         "{killed:?}"
     );
-    for marker in [format!("sleep {n}"), format!("sleep {}", n + 1)] {
-        let left = wait_until_gone(&marker, Duration::from_secs(3));
-        assert!(left.is_empty(), "still running: {left:?}");
-    }
+    assert_sleeps_gone(n, 2, Duration::from_secs(3), "still running");
     let err = backend.read(&job, Stream::Stderr, 0, 100).await.unwrap();
     assert_eq!(err.data, b"two\n");
     assert!(err.complete);

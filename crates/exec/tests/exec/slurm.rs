@@ -219,23 +219,12 @@ async fn slurm_forwards_environment_values_without_putting_them_on_a_command_lin
 async fn slurm_timeout_kills_the_whole_tree_including_setsid_and_sigterm_ignoring_children() {
     let (config, _s) = slurm_config(|c| c.cage = false);
     let backend = open(&config).await.unwrap();
-    let n = unique_seconds();
-    let script = format!(
-        "sleep {n} & setsid sleep {} & (trap '' TERM; exec sleep {}) & echo started; wait",
-        n + 1,
-        n + 2
-    );
-    let r = backend
-        .run(&CommandSpec::new(["sh", "-c", &script]).timeout(Duration::from_secs(2)))
-        .await
-        .unwrap();
-    assert!(r.timed_out, "{r:?}");
-    assert_eq!(r.exit_code, Some(124));
-    assert_eq!(r.stdout.text(), "started\n");
-    for k in 0..3 {
-        let left = wait_until_gone(&format!("sleep {}", n + k), Duration::from_secs(5));
-        assert!(left.is_empty(), "left on the node: {left:?}");
-    }
+    assert_timeout_kills_stubborn_tree(
+        backend.as_ref(),
+        Duration::from_secs(2),
+        "left on the node",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -270,10 +259,7 @@ async fn slurm_kill_ends_a_tree_that_ignores_sigterm_and_calls_setsid() {
     };
     assert!(killed);
     assert_ne!(exit_code, 0, "a killed job is not a success");
-    for k in 0..3 {
-        let left = wait_until_gone(&format!("sleep {}", n + k), Duration::from_secs(2));
-        assert!(left.is_empty(), "survived scancel: {left:?}");
-    }
+    assert_sleeps_gone(n, 3, Duration::from_secs(2), "survived scancel");
     let slurm_id = job.as_str().split('.').next().unwrap();
     assert_eq!(scheduler_state(&cluster_conf, slurm_id), "CANCELLED");
     backend.forget(&job).await.unwrap();

@@ -180,10 +180,7 @@ async fn ssh_timeout_kills_the_remote_tree() {
     assert_eq!(r.exit_code, Some(124));
     assert_eq!(r.stdout.text(), "started\n");
     assert_eq!(r.stderr.text(), nestbox_exec::supervisor::TIMEOUT_NOTICE);
-    for k in 0..2 {
-        let left = wait_until_gone(&format!("sleep {}", n + k), Duration::from_secs(3));
-        assert!(left.is_empty(), "left on the remote host: {left:?}");
-    }
+    assert_sleeps_gone(n, 2, Duration::from_secs(3), "left on the remote host");
 }
 
 #[tokio::test]
@@ -197,10 +194,7 @@ async fn ssh_kills_what_a_finished_command_left_running() {
         .await
         .unwrap();
     assert_eq!(r.stdout.text(), "done\n");
-    for k in 0..2 {
-        let left = wait_until_gone(&format!("sleep {}", n + k), Duration::from_secs(3));
-        assert!(left.is_empty(), "left on the remote host: {left:?}");
-    }
+    assert_sleeps_gone(n, 2, Duration::from_secs(3), "left on the remote host");
 }
 
 #[tokio::test]
@@ -213,17 +207,15 @@ async fn ssh_background_job_polls_tails_and_is_killed_with_its_tree() {
         .spawn(&CommandSpec::new(["sh", "-c", &script]))
         .await
         .unwrap();
-    let mut got = Vec::new();
-    let mut offset = 0;
-    for _ in 0..50 {
-        let chunk = backend.read(&job, Stream::Stdout, offset, 3).await.unwrap();
-        got.extend_from_slice(&chunk.data);
-        offset = chunk.next_offset;
-        if got == b"one\n" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let got = tail_until(
+        backend.as_ref(),
+        &job,
+        Stream::Stdout,
+        b"one\n",
+        3,
+        Duration::from_millis(50),
+    )
+    .await;
     assert_eq!(got, b"one\n");
     assert_eq!(backend.poll(&job).await.unwrap().state, JobState::Running);
     let killed = backend.kill(&job).await.unwrap();
@@ -231,10 +223,7 @@ async fn ssh_background_job_polls_tails_and_is_killed_with_its_tree() {
         matches!(killed.state, JobState::Finished { killed: true, .. }),
         "{killed:?}"
     );
-    for k in 0..2 {
-        let left = wait_until_gone(&format!("sleep {}", n + k), Duration::from_secs(3));
-        assert!(left.is_empty(), "left on the remote host: {left:?}");
-    }
+    assert_sleeps_gone(n, 2, Duration::from_secs(3), "left on the remote host");
     let err = backend.read(&job, Stream::Stderr, 0, 100).await.unwrap();
     assert_eq!(err.data, b"two\n");
     let timed = backend
