@@ -13,6 +13,7 @@ use crate::backend::{
     BackendKind, BoxFuture, CommandSpec, JobId, JobState, JobStatus, OutputChunk, Stream,
 };
 use crate::error::{ExecError, Result};
+use crate::output::CapturedOutput;
 use crate::supervisor;
 
 /// The most bytes one [`read`](crate::Backend::read) returns; read again from `next_offset`.
@@ -269,7 +270,7 @@ impl Jobs<'_> {
 
 /// The error a failed start means, when it means one: the supervisor's "command not found"
 /// (127 and its notice) or a refusal (125 and a `nestbox:` line).
-pub(crate) fn start_failure(
+fn start_failure(
     kind: BackendKind,
     cmd: &CommandSpec,
     code: Option<i32>,
@@ -294,9 +295,27 @@ pub(crate) fn start_failure(
     }
 }
 
+/// Reads how a foreground run under the supervisor ended: a failed start becomes its error,
+/// else the answer is whether the run timed out. `known_timeout` is what the backend learned
+/// itself (its own deadline passed, a reattached status said so); without it, the supervisor's
+/// notice at the end of standard error decides.
+pub(crate) fn supervised_end(
+    kind: BackendKind,
+    cmd: &CommandSpec,
+    code: Option<i32>,
+    stderr: &CapturedOutput,
+    known_timeout: Option<bool>,
+) -> Result<bool> {
+    let last = stderr.last_bytes();
+    match start_failure(kind, cmd, code, last) {
+        Some(e) => Err(e),
+        None => Ok(known_timeout.unwrap_or_else(|| ended_by_timeout(code, last))),
+    }
+}
+
 /// True when a foreground run's end is the supervisor's timeout: exit 124 and its notice as the
 /// last line of standard error.
-pub(crate) fn ended_by_timeout(code: Option<i32>, stderr_tail: &[u8]) -> bool {
+fn ended_by_timeout(code: Option<i32>, stderr_tail: &[u8]) -> bool {
     code == Some(124) && stderr_tail.ends_with(supervisor::TIMEOUT_NOTICE.as_bytes())
 }
 

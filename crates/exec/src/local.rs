@@ -194,7 +194,7 @@ impl LocalBackend {
             &self.ctx.spill_dir(),
         )
         .await?;
-        let stderr_tail = tail_text(&end.stderr);
+        let stderr_tail = String::from_utf8_lossy(end.stderr.last_bytes());
         match end.code {
             Some(125) if last_line(&stderr_tail).starts_with("nestbox: ") => {
                 return Err(ExecError::Refused {
@@ -305,11 +305,6 @@ fn exposure(config: &LocalConfig, workdir: &Path) -> HostExposure {
         paths,
         notes,
     }
-}
-
-fn tail_text(c: &crate::output::CapturedOutput) -> String {
-    let bytes = if c.truncated { &c.tail } else { &c.head };
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn last_line(text: &str) -> &str {

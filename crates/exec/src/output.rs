@@ -64,6 +64,16 @@ pub struct CapturedOutput {
 }
 
 impl CapturedOutput {
+    /// The end of the stream as held in memory: where the supervisor's and the cage's last
+    /// words (timeout notice, refusal, command not found) are.
+    pub(crate) fn last_bytes(&self) -> &[u8] {
+        if self.truncated {
+            &self.tail
+        } else {
+            &self.head
+        }
+    }
+
     /// The captured bytes as text (invalid UTF-8 replaced), with a line in the middle saying
     /// how much was left out and where the whole stream is.
     pub fn text(&self) -> String {

@@ -358,12 +358,8 @@ impl ApptainerBackend {
             let _ = std::fs::remove_file(f);
         }
         let end = end?;
-        let err = String::from_utf8_lossy(if end.stderr.truncated {
-            &end.stderr.tail
-        } else {
-            &end.stderr.head
-        })
-        .into_owned();
+        let err = String::from_utf8_lossy(end.stderr.last_bytes()).into_owned();
+
         // Apptainer's own words when the program is missing inside the image (exit 255).
         if end.code == Some(255) && err.contains("executable file not found in $PATH") {
             return Err(ExecError::CommandNotFound {

@@ -49,7 +49,7 @@ use crate::backend::{
 };
 use crate::config::DockerConfig;
 use crate::error::{ExecError, Result};
-use crate::job::{Jobs, ended_by_timeout, random_token, start_failure};
+use crate::job::{Jobs, random_token, supervised_end};
 use crate::output::Capture;
 use crate::supervisor;
 use exec::{DockerTransport, ExecTarget, engine_error};
@@ -734,15 +734,14 @@ impl DockerBackend {
             .await?;
         let stdout = out.finish();
         let stderr = err.finish();
-        let err_tail = if stderr.truncated {
-            &stderr.tail
-        } else {
-            &stderr.head
-        };
-        if let Some(e) = start_failure(BackendKind::Docker, cmd, code, err_tail) {
-            return Err(e);
-        }
-        let timed_out = deadline_hit || ended_by_timeout(code, err_tail);
+        let timed_out = supervised_end(
+            BackendKind::Docker,
+            cmd,
+            code,
+            &stderr,
+            deadline_hit.then_some(true),
+        )?;
+
         Ok(RunResult {
             exit_code: code,
             stdout,

@@ -40,7 +40,7 @@ use crate::backend::{
 };
 use crate::config::ModalConfig;
 use crate::error::{ExecError, Result};
-use crate::job::{Jobs, ended_by_timeout, random_token, start_failure};
+use crate::job::{Jobs, random_token, supervised_end};
 use crate::output::Capture;
 use crate::supervisor;
 use client::{ControlPlane, Router};
@@ -242,15 +242,14 @@ impl ModalBackend {
         };
         let stdout = out.finish();
         let stderr = err.finish();
-        let tail = if stderr.truncated {
-            &stderr.tail
-        } else {
-            &stderr.head
-        };
-        if let Some(e) = start_failure(BackendKind::Modal, cmd, code, tail) {
-            return Err(e);
-        }
-        let timed_out = backstop_hit || ended_by_timeout(code, tail);
+        let timed_out = supervised_end(
+            BackendKind::Modal,
+            cmd,
+            code,
+            &stderr,
+            backstop_hit.then_some(true),
+        )?;
+
         Ok(RunResult {
             exit_code: code,
             stdout,

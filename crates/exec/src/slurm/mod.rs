@@ -321,12 +321,8 @@ impl SlurmBackend {
         let stdout = out.finish();
         let stderr = err.finish();
         if code == 125 && self.config.cage {
-            let tail = if stderr.truncated {
-                &stderr.tail
-            } else {
-                &stderr.head
-            };
-            let text = String::from_utf8_lossy(tail);
+            let text = String::from_utf8_lossy(stderr.last_bytes());
+
             if let Some(reason) = text
                 .trim_end()
                 .lines()

@@ -29,7 +29,7 @@ use crate::backend::{
 };
 use crate::config::SshConfig;
 use crate::error::Result;
-use crate::job::{Jobs, ended_by_timeout, random_token, start_failure};
+use crate::job::{Jobs, random_token, supervised_end};
 use crate::output::Capture;
 use connection::Connection;
 use wrapper::SshTransport;
@@ -129,18 +129,12 @@ impl SshBackend {
         .await?;
         let stdout = out.finish();
         let stderr = err.finish();
-        let err_tail = if stderr.truncated {
-            &stderr.tail
+        let known_timeout = if fg.deadline_hit {
+            Some(true)
         } else {
-            &stderr.head
+            fg.timed_out
         };
-        if let Some(e) = start_failure(BackendKind::Ssh, cmd, fg.code, err_tail) {
-            return Err(e);
-        }
-        let timed_out = fg.deadline_hit
-            || fg
-                .timed_out
-                .unwrap_or_else(|| ended_by_timeout(fg.code, err_tail));
+        let timed_out = supervised_end(BackendKind::Ssh, cmd, fg.code, &stderr, known_timeout)?;
         Ok(RunResult {
             exit_code: fg.code,
             stdout,
