@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use nestbox_cage::report::NetworkReport;
 use nestbox_cage::{CageError, Network, Started};
+use nestbox_policy::proxy_env::is_proxy_var;
 use nestbox_policy::{NetMode, NetPolicy};
 
 use crate::config::allowlist_from_policy;
@@ -148,42 +149,11 @@ fn write_bundle(reg: &Registration) -> Result<(PathBuf, PathBuf), CageError> {
     Ok((dir, file))
 }
 
-fn proxy_env(port: u16) -> Vec<(String, OsString)> {
-    let url = OsString::from(format!("http://127.0.0.1:{port}"));
-    let mut env: Vec<(String, OsString)> = [
-        "HTTPS_PROXY",
-        "https_proxy",
-        "HTTP_PROXY",
-        "http_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ]
-    .iter()
-    .map(|k| (k.to_string(), url.clone()))
-    .collect();
-    // The step's own loopback services (a test server it starts) are reached directly.
-    for k in ["NO_PROXY", "no_proxy"] {
-        env.push((k.to_string(), "localhost,127.0.0.1,::1".into()));
-    }
-    env
-}
-
 /// Whether this process can create a network namespace (directly as root, or in a new user
 /// namespace), asked of the kernel in a throwaway child.
 pub fn netns_available() -> bool {
     nestbox_cage::namespaces_likely_available()
 }
-
-const PROXY_VARS: &[&str] = &[
-    "https_proxy",
-    "HTTPS_PROXY",
-    "http_proxy",
-    "HTTP_PROXY",
-    "all_proxy",
-    "ALL_PROXY",
-    "no_proxy",
-    "NO_PROXY",
-];
 
 fn config_error(e: impl std::fmt::Display) -> CageError {
     CageError::Policy(e.to_string())
@@ -218,14 +188,14 @@ impl CellNetwork {
         let mut relay_env: Vec<(OsString, OsString)> = opts
             .caller_env
             .iter()
-            .filter(|(k, _)| !PROXY_VARS.iter().any(|p| k.as_bytes() == p.as_bytes()))
+            .filter(|(k, _)| !is_proxy_var(k.as_bytes()))
             .cloned()
             .collect();
         match &opts.upstream {
             UpstreamChoice::Explicit(url) => relay_env.push(("https_proxy".into(), url.into())),
             UpstreamChoice::FromEnvironment => {
                 for (k, v) in &opts.caller_env {
-                    if PROXY_VARS.iter().any(|p| k.as_bytes() == p.as_bytes()) {
+                    if is_proxy_var(k.as_bytes()) {
                         relay_env.push((k.clone(), v.clone()));
                     }
                 }
@@ -268,7 +238,7 @@ impl CellNetwork {
             // It travels in the relay's environment only, never on a command line.
             let url = format!("http://cell:{}@{}", reg.token, reg.listen);
             upstream = Some(Upstream::parse(&url).map_err(config_error)?);
-            relay_env.retain(|(k, _)| !PROXY_VARS.iter().any(|p| k.as_bytes() == p.as_bytes()));
+            relay_env.retain(|(k, _)| !is_proxy_var(k.as_bytes()));
             relay_env.push(("https_proxy".into(), url.into()));
             for entry in &reg.allow {
                 relay_args.push(format!("--allow={entry}"));
@@ -367,7 +337,10 @@ impl CellNetwork {
                 report,
             },
         };
-        let mut env = proxy_env(network_port);
+        let mut env: Vec<(String, OsString)> = nestbox_policy::proxy_env::relay_env(network_port)
+            .into_iter()
+            .map(|(k, v)| (k, v.into()))
+            .collect();
         env.extend(extra_env);
         Ok(CellNetwork {
             network,

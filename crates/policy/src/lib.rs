@@ -26,6 +26,7 @@ pub mod host;
 mod load;
 mod model;
 pub mod presets;
+pub mod proxy_env;
 pub mod units;
 
 pub use defaults::{DEFAULT_PROCESSES, default_policy};

@@ -31,22 +31,7 @@ pub(crate) struct ContainerRelay {
 impl ContainerRelay {
     /// The proxy variables a command in the container gets.
     pub fn env(&self) -> Vec<(String, String)> {
-        let url = format!("http://127.0.0.1:{}", self.port);
-        let mut env: Vec<(String, String)> = [
-            "HTTPS_PROXY",
-            "https_proxy",
-            "HTTP_PROXY",
-            "http_proxy",
-            "ALL_PROXY",
-            "all_proxy",
-        ]
-        .iter()
-        .map(|k| (k.to_string(), url.clone()))
-        .collect();
-        for k in ["NO_PROXY", "no_proxy"] {
-            env.push((k.to_string(), "localhost,127.0.0.1,::1".into()));
-        }
-        env
+        nestbox_policy::proxy_env::relay_env(self.port)
     }
 }
 
