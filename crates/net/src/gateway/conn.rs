@@ -45,6 +45,19 @@ pub(crate) struct ConnRecord {
 }
 
 impl ConnRecord {
+    /// Tells the client its tunnel is open and records the connection as allowed; false (and
+    /// the client's error recorded) when the client is already gone.
+    pub(super) async fn open_tunnel(&mut self, client: &TcpStream) -> bool {
+        if let Err(e) = splice::send_established(client).await {
+            self.reason = Some("client_error");
+            self.detail = Some(e.to_string());
+            return false;
+        }
+        self.decision = Decision::Allow;
+        self.status = Some(200);
+        true
+    }
+
     fn refused(&mut self, r: &Refusal) {
         self.decision = r.decision;
         self.reason = Some(r.reason);
@@ -201,14 +214,9 @@ pub(crate) async fn handle(client: TcpStream, peer: SocketAddr, shared: Arc<Shar
                 Err(r) => return refuse(&client, rec, r).await,
             };
             rec.ip = server.peer_addr().ok().map(|a| a.to_string());
-            let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
-            if let Err(e) = splice::send_all(&client, established).await {
-                rec.reason = Some("client_error");
-                rec.detail = Some(e.to_string());
+            if !rec.open_tunnel(&client).await {
                 return;
             }
-            rec.decision = Decision::Allow;
-            rec.status = Some(200);
             let ended = tunnel::connect(
                 &client,
                 &server,

@@ -331,8 +331,7 @@ async fn handle(client: TcpStream, _peer: SocketAddr, shared: Rc<Shared>) {
     let ended = match request {
         Request::Connect { ref host, .. } => {
             drop(head);
-            let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
-            if let Err(e) = splice::send_all(&client, established).await {
+            if let Err(e) = splice::send_established(&client).await {
                 entry.reason = Some("client_error");
                 entry.detail = Some(e.to_string());
                 return;

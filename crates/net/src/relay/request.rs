@@ -121,8 +121,8 @@ fn http_target(url: &str) -> Result<Request, Refusal> {
     })
 }
 
-/// Hop-by-hop and proxy fields that never go further than the relay.
-const HOP_BY_HOP: &[&str] = &[
+/// Hop-by-hop and proxy fields that never go further than the relay (nor the gateway).
+pub(crate) const HOP_BY_HOP: &[&str] = &[
     "connection",
     "proxy-connection",
     "keep-alive",

@@ -171,6 +171,11 @@ async fn copy(from: &TcpStream, to: &TcpStream, moved: &Cell<u64>) -> io::Result
     }
 }
 
+/// Tells a CONNECT client that its tunnel is open: from here on, bytes pass untouched.
+pub(crate) async fn send_established(client: &TcpStream) -> io::Result<()> {
+    send_all(client, b"HTTP/1.1 200 Connection established\r\n\r\n").await
+}
+
 /// Writes all of `bytes` to `stream`.
 pub(crate) async fn send_all(stream: &TcpStream, mut bytes: &[u8]) -> io::Result<()> {
     while !bytes.is_empty() {

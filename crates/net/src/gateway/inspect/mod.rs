@@ -34,23 +34,13 @@ use super::io::{HyperIo, LocalExec, Prefixed, TokioTimer};
 use super::pool::{self, Key, Sender};
 use crate::audit::Decision;
 use crate::relay::refusal::Refusal;
-use crate::relay::splice;
+use crate::relay::request::HOP_BY_HOP;
 
-/// Hop-by-hop fields: never forwarded in either direction.
-pub(super) const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    // the whole body is in hand before the request goes on: nothing to wait for
-    "expect",
-];
+/// Whether a field is never forwarded, in either direction: the relay's hop-by-hop set, and
+/// `Expect` (the whole body is in hand before the request goes on: nothing to wait for).
+pub(super) fn is_hop_by_hop(name: &str) -> bool {
+    HOP_BY_HOP.contains(&name) || name == "expect"
+}
 
 /// Everything a request handler needs about its connection.
 pub(crate) struct Context {
@@ -160,14 +150,9 @@ pub(crate) async fn run(
             return;
         }
     };
-    let established = b"HTTP/1.1 200 Connection established\r\n\r\n";
-    if let Err(e) = splice::send_all(&client, established).await {
-        rec.reason = Some("client_error");
-        rec.detail = Some(e.to_string());
+    if !rec.open_tunnel(&client).await {
         return;
     }
-    rec.decision = Decision::Allow;
-    rec.status = Some(200);
     let accepted = timeout(
         shared.limits.head_timeout,
         TlsAcceptor::from(config).accept(Prefixed::new(early, client)),

@@ -14,12 +14,13 @@ use nestbox_policy::parse_authority;
 use tokio::time::Instant;
 
 use super::record::{OutBody, RequestRecord, RequestRecordBox, refused};
-use super::{Conn, Context, HOP_BY_HOP};
+use super::{Conn, Context, is_hop_by_hop};
 use crate::audit::Decision;
 use crate::gateway::audit::HttpRequest;
 use crate::gateway::placeholder::{self, BodyScanner, Place};
 use crate::gateway::pool::{self, Sender};
 use crate::relay::refusal::Refusal;
+use crate::relay::request::HOP_BY_HOP;
 
 /// Handles one request of an inspected connection.
 pub(super) async fn handle(req: Request<Incoming>, conn: Rc<Conn>, h2: bool) -> Response<OutBody> {
@@ -185,7 +186,7 @@ fn rewrite(ctx: &Context, parts: &Parts, path: &str) -> Result<Rewritten, Refusa
         if lower == "te" && value.as_bytes().eq_ignore_ascii_case(b"trailers") {
             te_trailers = true;
         }
-        if HOP_BY_HOP.contains(&lower) || named.iter().any(|n| n == lower) {
+        if is_hop_by_hop(lower) || named.iter().any(|n| n == lower) {
             continue;
         }
         match placeholder::rewrite_header(value.as_bytes(), forms, &mut resolve) {
@@ -284,7 +285,8 @@ fn named_in_connection(headers: &HeaderMap) -> Vec<String> {
 /// Removes hop-by-hop fields from a response.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named = named_in_connection(headers);
-    for name in HOP_BY_HOP.iter().map(|s| s.to_string()).chain(named) {
+    let fixed = HOP_BY_HOP.iter().chain(&["expect"]).map(|s| s.to_string());
+    for name in fixed.chain(named) {
         if name != "host" {
             headers.remove(name.as_str());
         }
