@@ -472,6 +472,25 @@ pub struct OutputChunk {
     pub complete: bool,
 }
 
+impl OutputChunk {
+    /// `data` read from `stream` at `offset`, given where the job stood when it was read: the
+    /// stream is complete once the job is done and nothing lies beyond the data.
+    pub(crate) fn read_at(status: &JobStatus, stream: Stream, offset: u64, data: Vec<u8>) -> Self {
+        let size = match stream {
+            Stream::Stdout => status.stdout_bytes,
+            Stream::Stderr => status.stderr_bytes,
+        };
+        let next_offset = offset + data.len() as u64;
+        OutputChunk {
+            stream,
+            offset,
+            complete: status.is_done() && next_offset >= size,
+            next_offset,
+            data,
+        }
+    }
+}
+
 /// One way to run commands. Every backend implements all of it; what differs is declared in
 /// its [`Descriptor`], never hidden.
 ///

@@ -206,18 +206,7 @@ impl Jobs<'_> {
         let status =
             parse_status(self.kind, id, &line)?.ok_or_else(|| self.no_such_job(id, dir))?;
         let data = out.stdout.get(split + 1..).unwrap_or_default().to_vec();
-        let size = match stream {
-            Stream::Stdout => status.stdout_bytes,
-            Stream::Stderr => status.stderr_bytes,
-        };
-        let next_offset = offset + data.len() as u64;
-        Ok(OutputChunk {
-            stream,
-            offset,
-            complete: status.is_done() && next_offset >= size,
-            next_offset,
-            data,
-        })
+        Ok(OutputChunk::read_at(&status, stream, offset, data))
     }
 
     /// Waits until the job is done or `timeout` passes, in long polls the supervisor answers

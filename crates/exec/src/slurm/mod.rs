@@ -456,18 +456,7 @@ impl SlurmBackend {
         let status = self.status(job, false).await?;
         let (_, dir) = self.parse_job(job)?;
         let data = dir.read(stream, offset, max.min(MAX_READ))?;
-        let size = match stream {
-            Stream::Stdout => status.stdout_bytes,
-            Stream::Stderr => status.stderr_bytes,
-        };
-        let next_offset = offset + data.len() as u64;
-        Ok(OutputChunk {
-            stream,
-            offset,
-            complete: status.is_done() && next_offset >= size,
-            next_offset,
-            data,
-        })
+        Ok(OutputChunk::read_at(&status, stream, offset, data))
     }
 
     async fn forget_inner(&self, job: &JobId) -> Result<()> {
