@@ -1,5 +1,6 @@
 //! A small HTTP/1.1 server on a chosen loopback address: fixed body, or a large body sent
-//! slowly (to interrupt transfers midway). Each request is answered and the connection closed.
+//! slowly (to interrupt transfers midway). Each request is answered and the connection closed;
+//! a `HEAD` request gets the header fields only, as HTTP says.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -80,6 +81,7 @@ fn serve(mut s: TcpStream, body: &Body, requests: &AtomicUsize, heads: &Mutex<Ve
         }
     }
     requests.fetch_add(1, Ordering::SeqCst);
+    let is_head = head.starts_with(b"HEAD ");
     heads
         .lock()
         .unwrap()
@@ -88,8 +90,9 @@ fn serve(mut s: TcpStream, body: &Body, requests: &AtomicUsize, heads: &Mutex<Ve
         Body::Text(t) => {
             let _ = write!(
                 s,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{t}",
-                t.len()
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+                t.len(),
+                if is_head { "" } else { t }
             );
         }
         Body::Slow {

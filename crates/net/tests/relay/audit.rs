@@ -3,12 +3,13 @@
 use std::io::{Read, Write};
 
 use crate::support::Relay;
-use crate::support::servers::{Echo, Http};
+use crate::support::servers::Echo;
+use nestbox_testkit::http::{Body, HttpServer};
 
 #[test]
 fn relay_writes_one_audit_line_per_decision() {
     let echo = Echo::start();
-    let http = Http::start("0123456789");
+    let http = HttpServer::start("127.0.0.1:0", Body::Text("0123456789".into()));
     let mut relay = Relay::builder()
         .allow(&format!("127.0.0.1:{}", echo.port()))
         .allow(&format!("127.0.0.1:{}", http.port()))

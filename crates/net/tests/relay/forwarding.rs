@@ -3,8 +3,9 @@
 use std::io::{Read, Write};
 use std::process::Command;
 
-use crate::support::servers::{Blackhole, Echo, Http};
+use crate::support::servers::{Blackhole, Echo};
 use crate::support::{Relay, assert_echoes, assert_refused, read_response};
+use nestbox_testkit::http::{Body, HttpServer};
 
 #[test]
 fn relay_tunnels_connect_to_an_allowed_address() {
@@ -48,7 +49,7 @@ fn relay_keeps_bytes_the_client_sent_right_after_its_connect_head() {
 
 #[test]
 fn relay_forwards_plain_http_get_in_origin_form_with_the_url_host() {
-    let http = Http::start("hello from origin");
+    let http = HttpServer::start("127.0.0.1:0", Body::Text("hello from origin".into()));
     let relay = Relay::builder()
         .allow(&format!("127.0.0.1:{}", http.port()))
         .start();
@@ -81,7 +82,7 @@ fn relay_forwards_plain_http_get_in_origin_form_with_the_url_host() {
 
 #[test]
 fn relay_forwards_head_requests() {
-    let http = Http::start("body not sent for HEAD");
+    let http = HttpServer::start("127.0.0.1:0", Body::Text("body not sent for HEAD".into()));
     let relay = Relay::builder()
         .allow(&format!("127.0.0.1:{}", http.port()))
         .start();
@@ -100,7 +101,7 @@ fn relay_forwards_head_requests() {
 
 #[test]
 fn curl_fetches_plain_http_and_tunnels_through_the_relay() {
-    let http = Http::start("curl was here");
+    let http = HttpServer::start("127.0.0.1:0", Body::Text("curl was here".into()));
     let relay = Relay::builder()
         .allow(&format!("127.0.0.1:{}", http.port()))
         .start();

@@ -1,9 +1,10 @@
 //! Chaining through a real upstream proxy (tinyproxy): tunnels and plain HTTP go through it,
 //! with credentials; the allowlist is still the relay's; a dead upstream is a clear 502.
 
-use crate::support::servers::{Echo, Http};
+use crate::support::servers::Echo;
 use crate::support::tinyproxy::Tinyproxy;
 use crate::support::{Relay, assert_echoes, assert_refused};
+use nestbox_testkit::http::{Body, HttpServer};
 
 #[test]
 fn relay_chains_connect_through_tinyproxy() {
@@ -25,7 +26,7 @@ fn relay_chains_connect_through_tinyproxy() {
 
 #[test]
 fn relay_chains_plain_http_through_tinyproxy() {
-    let http = Http::start("via upstream");
+    let http = HttpServer::start("127.0.0.1:0", Body::Text("via upstream".into()));
     let proxy = Tinyproxy::start(None);
     let relay = Relay::builder()
         .allow(&format!("127.0.0.1:{}", http.port()))

@@ -1,7 +1,8 @@
 //! A host that is not on the list is refused before anything is resolved or dialed.
 
-use crate::support::servers::{Echo, Http};
+use crate::support::servers::Echo;
 use crate::support::{Relay, assert_echoes, assert_refused};
+use nestbox_testkit::http::{Body, HttpServer};
 
 #[test]
 fn relay_refuses_connect_to_a_host_not_on_the_list() {
@@ -54,7 +55,7 @@ fn relay_refuses_a_listed_host_on_another_port() {
 
 #[test]
 fn relay_refuses_plain_http_to_a_host_not_on_the_list() {
-    let http = Http::start("x");
+    let http = HttpServer::start("127.0.0.1:0", Body::Text("x".into()));
     let relay = Relay::builder()
         .allow(&format!("127.0.0.1:{}", http.port()))
         .resolve("web.test=127.0.0.1")

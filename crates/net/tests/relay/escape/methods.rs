@@ -1,12 +1,12 @@
 //! Only CONNECT and absolute-form GET/HEAD are served; everything else is a 405 that says what
 //! works.
 
-use crate::support::servers::Http;
 use crate::support::{Relay, assert_refused};
+use nestbox_testkit::http::{Body, HttpServer};
 
 #[test]
 fn relay_refuses_other_methods_and_forms_with_405() {
-    let http = Http::start("x");
+    let http = HttpServer::start("127.0.0.1:0", Body::Text("x".into()));
     let p = http.port();
     let relay = Relay::builder().allow(&format!("127.0.0.1:{p}")).start();
     for req in [

@@ -1,9 +1,10 @@
-//! Small servers on loopback for the relay to reach: an echo server and an HTTP server.
+//! Small servers on loopback for the relay to reach: an echo server and a destination that
+//! never answers (the HTTP server is `nestbox_testkit::http`).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Echoes every byte back; counts connections and bytes received.
@@ -67,61 +68,6 @@ impl Echo {
     pub fn connections(&self) -> usize {
         self.connections.load(Ordering::SeqCst)
     }
-}
-
-/// Answers every request with `200` and a fixed body, then closes; keeps the request heads.
-pub struct Http {
-    pub addr: SocketAddr,
-    heads: Arc<Mutex<Vec<String>>>,
-}
-
-impl Http {
-    pub fn start(body: &'static str) -> Http {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let heads = Arc::new(Mutex::new(Vec::new()));
-        let h = heads.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(s) = stream else { return };
-                let h = h.clone();
-                std::thread::spawn(move || serve_one(s, body, &h));
-            }
-        });
-        Http { addr, heads }
-    }
-
-    pub fn port(&self) -> u16 {
-        self.addr.port()
-    }
-
-    /// The request heads received so far.
-    pub fn heads(&self) -> Vec<String> {
-        self.heads.lock().unwrap().clone()
-    }
-}
-
-fn serve_one(mut s: TcpStream, body: &str, heads: &Mutex<Vec<String>>) {
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match s.read(&mut byte) {
-            Ok(1) => head.push(byte[0]),
-            _ => return,
-        }
-    }
-    let head = String::from_utf8_lossy(&head).into_owned();
-    let is_head = head.starts_with("HEAD ");
-    heads.lock().unwrap().push(head);
-    let mut out = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    if !is_head {
-        out.push_str(body);
-    }
-    let _ = s.write_all(out.as_bytes());
 }
 
 /// A listener whose accept queue is full, so a further connect hangs in SYN-SENT: a destination
