@@ -29,7 +29,7 @@ use nestbox_net::{
     upstream_from_env,
 };
 use nestbox_policy::units::parse_duration;
-use nestbox_policy::{NetEntry, NetPolicy, Origin, PRESETS, find_preset};
+use nestbox_policy::{NetEntry, NetPolicy, PRESETS, find_preset};
 
 /// `nestbox relay`: serve as a step's network exit.
 #[derive(Debug, Args)]
@@ -183,18 +183,10 @@ fn receive_step(control: &OwnedFd) -> Result<(TcpListener, OwnedFd), String> {
 }
 
 fn configure(args: &RelayArgs) -> Result<(Option<TcpListener>, RelayConfig, Lifecycle), String> {
-    let entries = |list: &[String], flag: &'static str| -> Vec<NetEntry> {
-        list.iter()
-            .map(|text| NetEntry {
-                text: text.clone(),
-                origin: Origin::Flag(flag),
-            })
-            .collect()
-    };
     let net = NetPolicy {
-        allow: entries(&args.allow, "--allow"),
-        deny: entries(&args.deny, "--deny"),
-        presets: entries(&args.preset, "--preset"),
+        allow: NetEntry::from_flag(&args.allow, "--allow"),
+        deny: NetEntry::from_flag(&args.deny, "--deny"),
+        presets: NetEntry::from_flag(&args.preset, "--preset"),
         ..NetPolicy::default()
     };
     let discovery = Discovery::from_process();

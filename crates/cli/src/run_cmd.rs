@@ -157,17 +157,9 @@ fn flags_policy(args: &RunArgs) -> Result<Policy, String> {
             }
         }
     }
-    let entries = |list: &[String], flag: &'static str| -> Vec<NetEntry> {
-        list.iter()
-            .map(|text| NetEntry {
-                text: text.clone(),
-                origin: Origin::Flag(flag),
-            })
-            .collect()
-    };
-    p.net.allow = entries(&args.allow, "--allow");
-    p.net.deny = entries(&args.deny, "--deny");
-    p.net.presets = entries(&args.preset, "--preset");
+    p.net.allow = NetEntry::from_flag(&args.allow, "--allow");
+    p.net.deny = NetEntry::from_flag(&args.deny, "--deny");
+    p.net.presets = NetEntry::from_flag(&args.preset, "--preset");
     p.net.deny_ports = args.deny_port.clone();
     if let Some(mode) = &args.net_mode {
         p.net.mode = NetMode::parse(mode).map_err(|m| format!("--net-mode: {m}"))?;

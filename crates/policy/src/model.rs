@@ -148,6 +148,19 @@ pub struct NetEntry {
     pub origin: Origin,
 }
 
+impl NetEntry {
+    /// The entries given with one repeatable command-line flag, each remembering it.
+    pub fn from_flag(texts: &[String], flag: &'static str) -> Vec<NetEntry> {
+        texts
+            .iter()
+            .map(|text| NetEntry {
+                text: text.clone(),
+                origin: Origin::Flag(flag),
+            })
+            .collect()
+    }
+}
+
 /// The `[net]` section: which hosts the step's relay lets through.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NetPolicy {
