@@ -200,6 +200,33 @@ pub struct Descriptor {
     pub target: String,
 }
 
+impl Descriptor {
+    /// A hosted sandbox's (Modal, Daytona): nothing of this machine is mounted, and the
+    /// supervisor inside the sandbox ends what a timeout or kill reaches.
+    pub(crate) fn remote_sandbox(
+        kind: BackendKind,
+        provider: &str,
+        network_blocked: bool,
+        target: String,
+    ) -> Descriptor {
+        let network = if network_blocked { "blocked" } else { "open" };
+        Descriptor {
+            kind,
+            isolation: Isolation::RemoteSandbox,
+            host_exposure: HostExposure {
+                exposed: false,
+                paths: Vec::new(),
+                notes: vec![format!(
+                    "a {provider} sandbox: no path of this machine is mounted; network {network}"
+                )],
+            },
+            streams_output: true,
+            cancellation: Cancellation::SandboxSupervisor,
+            target,
+        }
+    }
+}
+
 /// One command to run. The same request works on every backend.
 ///
 /// The command is an argument vector: nothing is parsed by a shell unless you ask for one

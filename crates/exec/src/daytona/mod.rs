@@ -33,8 +33,8 @@ use serde_json::{Value, json};
 
 use crate::Context;
 use crate::backend::{
-    Backend, BackendKind, BoxFuture, Cancellation, CommandSpec, Descriptor, HostExposure,
-    Isolation, JobId, JobStatus, OutputChunk, RunResult, Stream,
+    Backend, BackendKind, BoxFuture, CommandSpec, Descriptor, JobId, JobStatus, OutputChunk,
+    RunResult, Stream,
 };
 use crate::config::{DaytonaConfig, DaytonaOnClose};
 use crate::error::{ExecError, Result};
@@ -144,24 +144,11 @@ impl DaytonaBackend {
             });
         }
         let api = Api::new(&base, key, source.clone(), config.request_timeout)?;
-        let descriptor = Descriptor {
-            kind: BackendKind::Daytona,
-            isolation: Isolation::RemoteSandbox,
-            host_exposure: HostExposure {
-                exposed: false,
-                paths: Vec::new(),
-                notes: vec![format!(
-                    "a Daytona sandbox: no path of this machine is mounted; network {}",
-                    if config.network_block_all {
-                        "blocked"
-                    } else {
-                        "open"
-                    }
-                )],
-            },
-            streams_output: true,
-            cancellation: Cancellation::SandboxSupervisor,
-            target: format!(
+        let descriptor = Descriptor::remote_sandbox(
+            BackendKind::Daytona,
+            "Daytona",
+            config.network_block_all,
+            format!(
                 "Daytona sandbox {}at {base}, key from {source}",
                 config
                     .name
@@ -169,7 +156,7 @@ impl DaytonaBackend {
                     .map(|n| format!("{n} "))
                     .unwrap_or_default()
             ),
-        };
+        );
         Ok(DaytonaBackend {
             config: config.clone(),
             ctx,

@@ -35,8 +35,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::Context;
 use crate::backend::{
-    Backend, BackendKind, BoxFuture, Cancellation, CommandSpec, Descriptor, HostExposure,
-    Isolation, JobId, JobStatus, OutputChunk, RunResult, Stream,
+    Backend, BackendKind, BoxFuture, CommandSpec, Descriptor, JobId, JobStatus, OutputChunk,
+    RunResult, Stream,
 };
 use crate::config::ModalConfig;
 use crate::error::{ExecError, Result};
@@ -90,28 +90,15 @@ impl ModalBackend {
         }
         let creds = credentials::resolve(config, &env_lookup)?;
         credentials::check_url(&creds.server_url)?;
-        let descriptor = Descriptor {
-            kind: BackendKind::Modal,
-            isolation: Isolation::RemoteSandbox,
-            host_exposure: HostExposure {
-                exposed: false,
-                paths: Vec::new(),
-                notes: vec![format!(
-                    "a Modal sandbox: no path of this machine is mounted; network {}",
-                    if config.block_network {
-                        "blocked"
-                    } else {
-                        "open"
-                    }
-                )],
-            },
-            streams_output: true,
-            cancellation: Cancellation::SandboxSupervisor,
-            target: format!(
+        let descriptor = Descriptor::remote_sandbox(
+            BackendKind::Modal,
+            "Modal",
+            config.block_network,
+            format!(
                 "Modal sandbox ({}) at {}, credentials from {}",
                 config.image, creds.server_url, creds.source
             ),
-        };
+        );
         Ok(ModalBackend {
             config: config.clone(),
             ctx,
