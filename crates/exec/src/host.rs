@@ -1,6 +1,7 @@
 //! Running things on this machine, for the backends whose sandbox starts here (local: the cage
 //! launcher; apptainer: the `apptainer` client): a foreground child with both streams captured
-//! and a deadline, and the [`Transport`] that runs the job supervisor with `/bin/sh`.
+//! and a deadline, the [`Transport`] that runs the job supervisor with `/bin/sh`, and private
+//! files for forwarded variables.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -14,6 +15,21 @@ use crate::error::{ExecError, Result};
 use crate::job::{CallOutput, Transport};
 use crate::output::{Capture, CapturedOutput, OutputLimits};
 use crate::supervisor;
+
+/// Writes `bytes` to a new file (never an existing one) that only its owner can read: the
+/// forwarded variables a job reads at start-up wait there, and other users of this machine
+/// must not see them.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| ExecError::io(format!("creating {}", path.display()), e))?;
+    std::io::Write::write_all(&mut f, bytes)
+        .map_err(|e| ExecError::io(format!("writing {}", path.display()), e))
+}
 
 /// Sends SIGTERM to a child that is dropped before it was reaped (a caller that gave up on the
 /// future), so the launcher it is can take its tree down instead of leaving it running.

@@ -30,7 +30,6 @@
 pub mod cache;
 
 use std::ffi::OsString;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -221,14 +220,7 @@ impl ApptainerBackend {
             .iter()
             .map(|(k, v)| format!("{k}={}\n", shell_quote(v)))
             .collect();
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| ExecError::io(format!("creating {}", path.display()), e))?;
-        std::io::Write::write_all(&mut f, text.as_bytes())
-            .map_err(|e| ExecError::io(format!("writing {}", path.display()), e))?;
+        crate::host::write_private(&path, text.as_bytes())?;
         Ok(Some(path))
     }
 

@@ -10,7 +10,7 @@
 //! | `script.out`, `script.err` | Slurm (`sbatch` jobs) | the job script's own output (refusals) |
 
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use crate::backend::{BackendKind, Stream};
@@ -83,15 +83,7 @@ impl JobDir {
 
     /// Writes the forwarded variables (mode 600) for the job script to read and delete.
     pub fn write_env(&self, text: &str) -> Result<()> {
-        let path = self.path.join("env");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| ExecError::io(format!("creating {}", path.display()), e))?;
-        std::io::Write::write_all(&mut f, text.as_bytes())
-            .map_err(|e| ExecError::io(format!("writing {}", path.display()), e))
+        crate::host::write_private(&self.path.join("env"), text.as_bytes())
     }
 
     /// Marks the job as killed on request (before `scancel`).
