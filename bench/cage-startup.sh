@@ -10,18 +10,17 @@
 # Writes bench/results/cage-*.md and .json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 RUNS=${RUNS:-100}
 WORK=${WORK:-$HOME/.cache/nestbox-bench}
 OUT=bench/results
 mkdir -p "$WORK" "$OUT"
 
 if [ "${INSTALL:-1}" = 1 ]; then
-  pkgs=(); for p in hyperfine bubblewrap firejail socat ripgrep gcc; do dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p"); done
-  [ ${#pkgs[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${pkgs[@]}" >/dev/null
-  [ -x "$WORK/node_modules/.bin/srt" ] || (cd "$WORK" && npm install --no-audit --no-fund @anthropic-ai/sandbox-runtime >/dev/null)
+  need_packages hyperfine bubblewrap firejail socat ripgrep gcc
+  need_srt "$WORK"
 fi
-cargo build --release --locked -q
-NESTBOX=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/nestbox
+NESTBOX=$(release_nestbox)
 gcc -O2 -o "$WORK/floor" bench/floor.c
 SRT="$WORK/node_modules/.bin/srt"
 cat > "$WORK/srt-settings.json" <<JSON

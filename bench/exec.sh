@@ -15,16 +15,14 @@
 # Writes bench/results/exec-*.md and .json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 RUNS=${RUNS:-30}
 ENGINE=${ENGINE:-dockerd}
 OUT=bench/results
 mkdir -p "$OUT"
-command -v hyperfine >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends hyperfine >/dev/null
+need_packages hyperfine
 
-if [ -z "${NESTBOX:-}" ]; then
-  cargo build --release --locked -q -p nestbox
-  NESTBOX=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/nestbox
-fi
+NESTBOX=${NESTBOX:-$(release_nestbox)}
 "$NESTBOX" exec --help >/dev/null 2>&1 || { echo "bench: $NESTBOX has no exec command (is exec_cmd wired into main.rs?)" >&2; exit 1; }
 
 case "$ENGINE" in

@@ -7,19 +7,14 @@
 #   3. the gateway's memory with 1,000 open connections (passthrough, then inspected)
 # The stand-in API (bench/gateway/load.py server) answers 401 unless the real key arrived, so a
 # proxy that forgot to inject shows up as errors.
-# Usage: bench/gateway.sh [path/to/nestbox]   (default: the release build; built if missing)
+# Usage: bench/gateway.sh [path/to/nestbox]   (default: the release build, rebuilt if stale)
 # Installs mitmproxy (Debian package) when missing: the bench needs it, CI does not.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-target=${CARGO_TARGET_DIR:-$root/target}
-NESTBOX=${1:-$target/release/nestbox}
-[ -x "$NESTBOX" ] || (cd "$root" && cargo build --release -p nestbox)
-if ! command -v mitmdump >/dev/null; then
-  echo "installing mitmproxy (bench only)..." >&2
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mitmproxy >/dev/null
-fi
+. "$here/lib.sh"
+NESTBOX=${1:-$(cd "$root" && release_nestbox)}
+need_packages mitmproxy
 for tool in python3 openssl; do command -v "$tool" >/dev/null || { echo "$tool is needed" >&2; exit 1; }; done
 ulimit -n 16384 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 

@@ -8,17 +8,16 @@
 # bench/cage-startup.sh; installs what is missing unless INSTALL=0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 here=$PWD/bench/relay
 WORK=${WORK:-$HOME/.cache/nestbox-bench}
 ROUNDS=${ROUNDS:-20}
 mkdir -p "$WORK"
 if [ "${INSTALL:-1}" = 1 ]; then
-  pkgs=(); for p in hyperfine tinyproxy curl socat ripgrep bubblewrap; do dpkg -s "$p" >/dev/null 2>&1 || pkgs+=("$p"); done
-  [ ${#pkgs[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${pkgs[@]}" >/dev/null
-  [ -x "$WORK/node_modules/.bin/srt" ] || (cd "$WORK" && npm install --no-audit --no-fund @anthropic-ai/sandbox-runtime >/dev/null)
+  need_packages hyperfine tinyproxy curl socat ripgrep bubblewrap
+  need_srt "$WORK"
 fi
-cargo build --release --locked -q
-NESTBOX=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/nestbox
+NESTBOX=$(release_nestbox)
 SRT="$WORK/node_modules/.bin/srt"
 
 TMP=$(mktemp -d)

@@ -15,15 +15,13 @@
 # and .json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 RUNS=${RUNS:-30}
 OUT=bench/results
 mkdir -p "$OUT"
-command -v hyperfine >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends hyperfine >/dev/null
+need_packages hyperfine
 
-if [ -z "${NESTBOX:-}" ]; then
-  cargo build --release --locked -q -p nestbox
-  NESTBOX=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/nestbox
-fi
+NESTBOX=${NESTBOX:-$(release_nestbox)}
 eval "$(scripts/services/slurm-up.sh)"
 export SLURM_CONF=$NESTBOX_TEST_SLURM_CONF
 jobs_dir=$NESTBOX_TEST_SLURM_JOBS/bench
