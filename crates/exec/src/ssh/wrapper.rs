@@ -6,7 +6,7 @@
 //!   output going to files in the job directory, enforces the timeout remotely, and a pump
 //!   copies what the files gain to the session's standard output and error as it comes. This
 //!   side counts the bytes it received. If the connection drops (ssh exits 255, or the master
-//!   is killed), the job keeps running; this side re-connects and *re-attaches* (`attach`
+//!   is killed) or the pump fails (the supervisor then exits 255 too), the job keeps running; this side re-connects and *re-attaches* (`attach`
 //!   from the byte offsets it already has), so nothing is lost and nothing is repeated.
 //! - **Background** (`spawn`): the same supervisor, detached; poll, read, wait and kill are
 //!   short sessions.
